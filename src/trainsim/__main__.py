@@ -1,0 +1,5 @@
+"""``python -m trainsim``."""
+
+from trainsim.cli import main
+
+main()

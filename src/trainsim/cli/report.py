@@ -1,0 +1,60 @@
+"""Readable (rich) rendering of a prediction."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from trainsim.cli.output import fmt_bytes, fmt_seconds
+from trainsim.predictor import Prediction
+
+
+def print_prediction(p: Prediction, console: Console | None = None) -> None:
+    """Print a prediction as tables."""
+    console = console or Console()
+    j = p.job
+    title = (f"{j['model']['name']} on {j['num_gpus']}× {j['system']['gpu']['name']} "
+             f"(tp {j['tp']}, pp {j['pp']}" + (f", vpp {j['vpp']}" if j['vpp'] > 1 else "")
+             + (f", cp {j['cp']}" if j['cp'] > 1 else "") + (f", ep {j['ep']}" if j['ep'] > 1 else "")
+             + f", dp {j['dp']}; mbs {j['micro_batch_size']}, gbs {j['global_batch_size']}, "
+             f"seq {j['seq_length']}, {j['precision']}, {p.engine})")
+    t = Table(title=title, show_header=False, title_justify="left")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("iteration time", fmt_seconds(p.iteration_time_s))
+    t.add_row("tokens/s", f"{p.tokens_per_s:,.0f}")
+    t.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:,.0f}")
+    t.add_row("model TFLOP/s per GPU", f"{p.model_tflops_per_gpu:.1f}")
+    t.add_row(f"MFU / HFU ({p.flops_convention} FLOPs)", f"{p.mfu:.1%} / {p.hfu:.1%}")
+    t.add_row("pipeline bubble (uniform stages)", f"{p.bubble_fraction:.1%}")
+    if p.training is not None:
+        tr = p.training
+        t.add_row("training tokens", f"{tr.tokens:.3g}")
+        t.add_row("training time", f"{tr.days:,.1f} days")
+        t.add_row("GPU-hours", f"{tr.gpu_hours:,.0f}")
+        t.add_row("cost", f"${tr.cost_usd:,.0f} at ${tr.price_per_gpu_hour:.2f}/GPU-h")
+    console.print(t)
+
+    b = Table(title="where the time goes (exposed, sums to the iteration)", title_justify="left")
+    b.add_column("category")
+    b.add_column("time", justify="right")
+    b.add_column("share", justify="right")
+    for k, v in p.breakdown_s.items():
+        if v > 0:
+            b.add_row(k, fmt_seconds(v), f"{v / p.iteration_time_s:.1%}")
+    console.print(b)
+
+    m = Table(title=f"memory per GPU (capacity {fmt_bytes(p.memory.capacity_bytes)})", title_justify="left")
+    for col in ("stage", "weights", "grads", "optimizer", "activations", "other", "total"):
+        m.add_column(col, justify="right")
+    stages = p.memory.per_stage
+    shown = stages if len(stages) <= 8 else [*stages[:3], None, *stages[-3:]]
+    for s in shown:
+        if s is None:
+            m.add_row("…", "", "", "", "", "", "")
+            continue
+        m.add_row(str(s.stage), fmt_bytes(s.weights_bytes), fmt_bytes(s.gradients_bytes), fmt_bytes(s.optimizer_bytes),
+                  fmt_bytes(s.activations_bytes), fmt_bytes(s.other_bytes), fmt_bytes(s.total_bytes))
+    console.print(m)
+    verdict = "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]"
+    console.print(f"peak {fmt_bytes(p.memory.peak_bytes)}: {verdict}")

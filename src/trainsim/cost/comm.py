@@ -1,0 +1,142 @@
+"""Communication cost: α-β collectives over a two-tier network, with placement from the rank order.
+
+Placement. Global ranks are laid out by ``rank_order`` (fastest-varying dimension first, Megatron's
+``tp-cp-ep-dp-pp`` by default) and packed ``gpus_per_node`` to a node (an NVLink/NVSwitch domain). For each
+parallel dimension we enumerate the group that contains rank 0 and count how many nodes it spans and how many of its
+members share a node (:class:`Placement`). Expert groups use Megatron's expert rank generator (cp folded into the
+expert data-parallel dimension).
+
+Bandwidth. Inside a node a GPU reaches ``nvlink_bandwidth · nvlink_efficiency`` per direction. Across nodes, a
+group's traffic leaves each node through the NICs of its members there (rail-optimised: each GPU owns
+``nics_per_node · nic_bandwidth / gpus_per_node``), so a ring crossing nodes is limited by
+``members_per_node · nic_per_gpu · network_efficiency`` — and when every GPU of a node runs the same kind of collective at
+once (TP, DP, CP groups all do), this is exactly the node's NICs shared between the concurrent groups. Oversubscribed
+fabrics divide the NIC bandwidth above ``full_bisection_nodes``.
+
+Algorithms (``n`` members, buffer ``S`` as nccl-tests counts it, α the link latency):
+
+- ring all-reduce ``2(n−1)α + 2(n−1)/n · S/B``; tree all-reduce ``2⌈log₂n⌉α + 2(n−1)/n · S/B``; ``auto`` takes the
+  faster, as NCCL's tuner does;
+- all-gather / reduce-scatter ``(n−1)α + (n−1)/n · S/B``;
+- all-to-all: the share of ``S`` for peers in the same node over NVLink, the rest over the GPU's own NIC;
+- send/recv ``α + S/B`` on the link between the two GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
+
+from trainsim.cost.calibration import Calibration
+from trainsim.spec.system import System
+from trainsim.workload.ops import Collective
+
+if TYPE_CHECKING:
+    from trainsim.spec.job import Job
+
+Algorithm = Literal["auto", "ring", "tree"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where the members of one communication group sit."""
+
+    size: int
+    per_node: int
+    nodes: int
+
+    @property
+    def crosses_nodes(self) -> bool:
+        """True when the group spans more than one node."""
+        return self.nodes > 1
+
+
+SINGLE = Placement(1, 1, 1)
+
+
+def _strides(order: list[str], sizes: dict[str, int]) -> dict[str, int]:
+    strides, acc = {}, 1
+    for dim in order:
+        strides[dim] = acc
+        acc *= sizes[dim]
+    return strides
+
+
+def _placement(members: list[int], gpus_per_node: int) -> Placement:
+    counts: dict[int, int] = {}
+    for r in members:
+        node = r // gpus_per_node
+        counts[node] = counts.get(node, 0) + 1
+    return Placement(len(members), max(counts.values()), len(counts))
+
+
+@lru_cache(maxsize=8192)
+def group_placements(rank_order: str, tp: int, cp: int, ep: int, dp: int, pp: int,
+                     gpus_per_node: int) -> dict[str, Placement]:
+    """Placement of the tp, cp, dp, dp_cp, pp, ep, embedding and world groups that contain global rank 0."""
+    order = rank_order.split("-")
+    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    st = _strides(order, dense)
+    out: dict[str, Placement] = {}
+    for dim in ("tp", "cp", "dp", "pp"):
+        out[dim] = _placement([i * st[dim] for i in range(dense[dim])], gpus_per_node)
+    out["dp_cp"] = _placement([i * st["dp"] + j * st["cp"] for i in range(dp) for j in range(cp)], gpus_per_node)
+    out["embedding"] = _placement(sorted({0, (pp - 1) * st["pp"]}), gpus_per_node)
+    world = tp * cp * dp * pp
+    out["world"] = Placement(world, min(world, gpus_per_node), -(-world // gpus_per_node))
+    expert = {"tp": tp, "cp": 1, "ep": ep, "dp": dp * cp // ep, "pp": pp}
+    est = _strides(order, expert)
+    out["ep"] = _placement([i * est["ep"] for i in range(ep)], gpus_per_node)
+    return out
+
+
+def placements_of(job: Job) -> dict[str, Placement]:
+    """Placements of the groups of ``job``."""
+    par = job.parallelism
+    return group_placements(par.rank_order, par.tp, par.cp, par.ep, job.dp, par.pp, job.system.gpus_per_node)
+
+
+def _link(place: Placement, system: System, calib: Calibration, job_nodes: int,
+          per_gpu: bool = False) -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) of the slowest hop of a group."""
+    nv = system.node.nvlink_bandwidth * calib.nvlink_efficiency
+    if not place.crosses_nodes:
+        return nv, system.node.nvlink_latency
+    sharing = 1 if per_gpu else place.per_node
+    nic = sharing * system.nic_bandwidth_per_gpu(job_nodes) * calib.network_efficiency
+    return min(nv, nic), system.network.latency
+
+
+def collective_time(collective: Collective, nbytes: float, place: Placement, system: System, calib: Calibration,
+                    job_nodes: int = 1, algorithm: Algorithm = "auto") -> float:
+    """Seconds for one collective of ``nbytes`` over a group placed as ``place``."""
+    n = place.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    if collective == "send_recv":
+        bw, lat = _link(place, system, calib, job_nodes, per_gpu=True)
+        return lat + nbytes / bw
+    if collective == "all_to_all":
+        nv = system.node.nvlink_bandwidth * calib.nvlink_efficiency
+        intra = (place.per_node - 1) / n * nbytes / nv
+        inter = 0.0
+        lat = system.node.nvlink_latency
+        if place.crosses_nodes:
+            nic = system.nic_bandwidth_per_gpu(job_nodes) * calib.network_efficiency
+            inter = (n - place.per_node) / n * nbytes / nic
+            lat = system.network.latency
+        return (n - 1) * lat + max(intra, inter)
+    bw, lat = _link(place, system, calib, job_nodes)
+    if collective in ("all_gather", "reduce_scatter"):
+        return (n - 1) * lat + (n - 1) / n * nbytes / bw
+    # all-reduce
+    transfer = 2 * (n - 1) / n * nbytes / bw
+    ring = 2 * (n - 1) * lat + transfer
+    tree = 2 * math.ceil(math.log2(n)) * lat + transfer
+    if algorithm == "ring":
+        return ring
+    if algorithm == "tree":
+        return tree
+    return min(ring, tree)

@@ -1,0 +1,250 @@
+"""Per-stage costs of a job: the shared input of the analytic estimator and the event engine.
+
+For every pipeline stage (one GPU of it: TP ranks and DP replicas are symmetric) this gives the time of one
+micro-batch's forward and backward pass (compute, recompute, and the TP/CP/EP communication left exposed after the
+framework's overlap), the point-to-point transfer to the next stage, and the per-iteration data-parallel
+synchronisation and optimizer step. Times come from :mod:`trainsim.cost.compute` and :mod:`trainsim.cost.comm`, or
+from any :class:`CostModel` (e.g. measured tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from trainsim.cost.calibration import Calibration, calibration_for
+from trainsim.cost.comm import Placement, collective_time, placements_of
+from trainsim.cost.compute import op_time
+from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
+from trainsim.workload.memory import stage_parameters
+from trainsim.workload.ops import CommOp, ComputeOp
+
+if TYPE_CHECKING:
+    from trainsim.spec.job import Job
+    from trainsim.spec.system import System
+
+# Adam step with fp32 master weights: read grad, param, m, v; write param, m, v and the 16-bit copy; plus the
+# gradient-clipping pass (read + write the gradient).
+OPTIMIZER_BYTES_PER_PARAM = 38.0
+
+
+class CostModel(Protocol):
+    """Anything that prices compute ops and collectives (the analytic model, a measured table with fallback)."""
+
+    calibration: Calibration
+
+    def compute(self, op: ComputeOp) -> float:
+        """Seconds for one compute op."""
+        ...
+
+    def collective(self, op: CommOp, place: Placement) -> float:
+        """Seconds for one collective over a group placed as ``place``."""
+        ...
+
+
+@dataclass
+class AnalyticCostModel:
+    """Roofline compute and α-β communication for one system."""
+
+    system: System
+    calibration: Calibration
+    job_nodes: int = 1
+
+    def compute(self, op: ComputeOp) -> float:
+        """Roofline time of ``op``."""
+        return op_time(op, self.system.gpu, self.calibration)
+
+    def collective(self, op: CommOp, place: Placement) -> float:
+        """α-β time of ``op``."""
+        return collective_time(op.collective, op.nbytes, place, self.system, self.calibration, self.job_nodes)
+
+
+@dataclass
+class BlockCost:
+    """Time of one block (a layer, the embedding or the head) for one micro-batch."""
+
+    fwd_compute: float = 0.0
+    bwd_compute: float = 0.0  # includes recompute
+    recompute: float = 0.0
+    wgrad: float = 0.0  # weight-gradient GEMMs inside bwd_compute (movable by zero-bubble schedules)
+    exposed: dict[str, float] = field(default_factory=dict)  # per group: comm on the critical path (fwd + bwd)
+    exposed_fwd: float = 0.0
+    exposed_bwd: float = 0.0
+    overlap_penalty_fwd: float = 0.0
+    overlap_penalty_bwd: float = 0.0
+    measured: float = 0.0  # compute seconds priced from measurements (for measured_compute_fraction)
+
+    @property
+    def fwd(self) -> float:
+        """Forward critical-path time."""
+        return self.fwd_compute + self.exposed_fwd + self.overlap_penalty_fwd
+
+    @property
+    def bwd(self) -> float:
+        """Backward critical-path time (recompute included)."""
+        return self.bwd_compute + self.exposed_bwd + self.overlap_penalty_bwd
+
+    def scaled(self, k: float) -> BlockCost:
+        """``k`` copies of this block in sequence."""
+        return BlockCost(
+            self.fwd_compute * k, self.bwd_compute * k, self.recompute * k, self.wgrad * k,
+            {g: t * k for g, t in self.exposed.items()}, self.exposed_fwd * k, self.exposed_bwd * k,
+            self.overlap_penalty_fwd * k, self.overlap_penalty_bwd * k, self.measured * k,
+        )
+
+    def __add__(self, other: BlockCost) -> BlockCost:
+        exposed = dict(self.exposed)
+        for g, t in other.exposed.items():
+            exposed[g] = exposed.get(g, 0.0) + t
+        return BlockCost(
+            self.fwd_compute + other.fwd_compute, self.bwd_compute + other.bwd_compute,
+            self.recompute + other.recompute, self.wgrad + other.wgrad, exposed,
+            self.exposed_fwd + other.exposed_fwd, self.exposed_bwd + other.exposed_bwd,
+            self.overlap_penalty_fwd + other.overlap_penalty_fwd, self.overlap_penalty_bwd + other.overlap_penalty_bwd,
+            self.measured + other.measured,
+        )
+
+
+@dataclass
+class StageCost:
+    """Costs of one GPU of one pipeline stage."""
+
+    stage: int
+    layers: int
+    body: BlockCost  # all transformer layers of the stage, one micro-batch
+    pre: BlockCost  # input embedding (first stage only)
+    post: BlockCost  # output layer and loss (last stage only)
+    p2p: float  # one activation (or gradient) transfer to the neighbouring stage
+    grad_sync: float  # per iteration: gradient all-reduce / reduce-scatter over data parallelism
+    grad_bucket: float  # the last gradient bucket, which no backward work can hide
+    param_gather: float  # per iteration: parameter all-gather (distributed optimizer)
+    param_bucket: float
+    embedding_sync: float  # tied-embedding gradient all-reduce between first and last stage
+    optimizer: float
+    zero3_exposed: float = 0.0  # per micro-batch, ZeRO-3 parameter gathers not hidden by compute
+
+    @property
+    def total(self) -> BlockCost:
+        """Everything of one micro-batch on this stage."""
+        return self.pre + self.body + self.post
+
+    @property
+    def fwd(self) -> float:
+        """Forward time of one micro-batch."""
+        return self.total.fwd + self.zero3_exposed / 2
+
+    @property
+    def bwd(self) -> float:
+        """Backward time of one micro-batch."""
+        return self.total.bwd + self.zero3_exposed / 2
+
+
+def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_comm_overlap: bool,
+               recompute_comm: bool = True) -> BlockCost:
+    c = model.compute
+    fwd_times = {op.name: c(op) for op in work.fwd}
+    bwd_times = {op.name: c(op) for op in work.bwd}
+    fwd = sum(c(op) for op in work.fwd)
+    re = sum(c(op) for op in work.recompute)
+    bwd = sum(c(op) for op in work.bwd) + re
+    wgrad = sum(t for name, t in bwd_times.items() if name.endswith("_wgrad"))
+    measured_attr = getattr(model, "measured_seconds", None)
+    measured = measured_attr(work) if measured_attr else 0.0
+    out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
+    slow = model.calibration.overlap_slowdown
+
+    def account(ops: tuple[CommOp, ...], times: dict[str, float], backward: bool) -> None:
+        for op in ops:
+            t = model.collective(op, places.get(op.group, places["tp"]))
+            hidden_by = times.get(op.hide_behind, 0.0) if op.hide_behind else 0.0
+            can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
+            if can_hide and hidden_by > 0:
+                exposed = max(0.0, t - hidden_by)
+                penalty = slow * min(t, hidden_by)
+            else:
+                exposed, penalty = t, 0.0
+            out.exposed[op.group] = out.exposed.get(op.group, 0.0) + exposed
+            if backward:
+                out.exposed_bwd += exposed
+                out.overlap_penalty_bwd += penalty
+            else:
+                out.exposed_fwd += exposed
+                out.overlap_penalty_fwd += penalty
+
+    account(work.comm_fwd, fwd_times, backward=False)
+    account(work.comm_bwd, bwd_times, backward=True)
+    if recompute_comm and work.comm_recompute:
+        account(work.comm_recompute, fwd_times, backward=True)
+    return out
+
+
+def default_cost_model(job: Job, calibration: Calibration | None = None) -> AnalyticCostModel:
+    """The analytic cost model for ``job``'s system (calibrated for its GPU generation)."""
+    calib = calibration or calibration_for(job.system.gpu.generation)
+    return AnalyticCostModel(job.system, calib, job.num_nodes)
+
+
+def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
+    """Costs of every pipeline stage of ``job``."""
+    model = model or default_cost_model(job)
+    par, tr = job.parallelism, job.training
+    shard: Shard = shard_of(job)
+    places = placements_of(job)
+    overlap = tr.tp_comm_overlap
+    dense = _time_work(layer_work(job.model, shard, False), model, places, overlap)
+    moe = _time_work(layer_work(job.model, shard, True), model, places, overlap) if job.model.is_moe else dense
+    emb = _time_work(embedding_work(job.model, shard), model, places, overlap)
+    head = _time_work(head_work(job.model, shard), model, places, overlap)
+    empty = BlockCost()
+
+    e = 4.0 if tr.precision == "fp32" else 2.0
+    act = tr.micro_batch_size * job.seq_length / par.cp * job.model.hidden_size * e / par.tp
+    p2p = model.collective(CommOp("pp_p2p", "send_recv", "pp", "fwd", act), places["pp"]) if par.pp > 1 else 0.0
+    if par.pp > 1 and not job.sequence_parallel and par.tp > 1:
+        # scatter/gather optimisation: each TP rank sends 1/tp, then an all-gather inside the node
+        p2p += model.collective(CommOp("pp_gather", "all_gather", "tp", "fwd", act * par.tp), places["tp"])
+
+    shards = job.dp * par.cp
+    grad_bytes_pp = 4.0 if tr.grads_in_fp32 else 2.0
+    bucket_params = tr.ddp_bucket_size or max(40_000_000, 1_000_000 * shards)
+    stages = []
+    first = 0
+    for s, layers in enumerate(job.layers_per_stage):
+        n_moe = sum(1 for i in range(first, first + layers) if job.model.is_moe and i % job.model.moe_layer_freq == 0)
+        first += layers
+        body = dense.scaled(layers - n_moe) + moe.scaled(n_moe) if n_moe else dense.scaled(layers)
+        params = stage_parameters(job, s)
+        grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
+        dp_place = places["dp_cp"]
+        grad_sync = model.collective(CommOp("grad_sync", grad_kind, "dp_cp", "bwd", params * grad_bytes_pp), dp_place)
+        bucket = min(params, bucket_params)
+        grad_bucket = model.collective(CommOp("grad_bucket", grad_kind, "dp_cp", "bwd", bucket * grad_bytes_pp),
+                                       dp_place)
+        gather = bucket_gather = 0.0
+        if tr.zero_stage >= 1:
+            gather = model.collective(CommOp("param_gather", "all_gather", "dp_cp", "fwd", params * e), dp_place)
+            bucket_gather = model.collective(CommOp("param_bucket", "all_gather", "dp_cp", "fwd", bucket * e),
+                                             dp_place)
+        emb_sync = 0.0
+        tied_copy = par.pp > 1 and not job.model.untie_embeddings_and_output_weights
+        if tied_copy and s in (0, par.pp - 1):
+            v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
+            emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
+                                               v_h * grad_bytes_pp), places["embedding"])
+        local = params / shards if tr.zero_stage >= 1 else params
+        opt = local * OPTIMIZER_BYTES_PER_PARAM / (job.system.gpu.hbm_bandwidth * model.calibration.memory_efficiency)
+        zero3 = 0.0
+        if tr.zero_stage >= 3 and shards > 1:
+            per_layer = params / max(layers, 1) * e
+            ag = model.collective(CommOp("zero3_gather", "all_gather", "dp_cp", "fwd", per_layer), dp_place)
+            rs = model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd", per_layer * 2), dp_place)
+            per_layer_fwd = body.fwd / max(layers, 1)
+            per_layer_bwd = body.bwd / max(layers, 1)
+            zero3 = layers * (max(0.0, ag - per_layer_fwd) + max(0.0, ag + rs - per_layer_bwd))
+        stages.append(StageCost(
+            stage=s, layers=layers, body=body,
+            pre=emb if s == 0 else empty, post=head if s == par.pp - 1 else empty,
+            p2p=p2p, grad_sync=grad_sync, grad_bucket=grad_bucket, param_gather=gather, param_bucket=bucket_gather,
+            embedding_sync=emb_sync, optimizer=opt, zero3_exposed=zero3,
+        ))
+    return stages

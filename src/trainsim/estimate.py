@@ -1,0 +1,132 @@
+"""Analytic iteration-time estimate: closed-form composition of the per-stage costs.
+
+Pipeline (``m`` micro-batches, ``p`` stages, ``v`` virtual stages, per-stage forward/backward ``F_s``/``B_s`` per
+micro-batch, ``P`` one point-to-point transfer; chunk times ``f_s = F_s/v``):
+
+- 1F1B and interleaved 1F1B: ``T = (m·v − 1)·max_s(f_s + b_s + 2P) + Σ_s (f_s + b_s) + 2(p − 1)P``, which is
+  ``(m + (p − 1)/v)(F + B)`` plus transfers for uniform stages (bubble fraction ``(p−1)/(m·v + p − 1)``);
+- GPipe: all forwards, then all backwards: ``(m − 1)·max(F + P) + ΣF + (m − 1)·max(B + P) + ΣB + 2(p − 1)P``;
+- ZB-H1 (zero bubble): 1F1B with ``2(p − 1)·W`` less bubble, ``W`` the weight-gradient work per micro-batch, never
+  below the busiest stage's own work.
+
+Data parallelism: stage ``s`` finishes its last backward ``s·(B̄ + P)`` before stage 0 does (pipeline drain), so its
+gradient synchronisation has that much slack; with ``--overlap-grad-reduce`` all but the last bucket also hide behind
+the last micro-batch's backward. The tied-embedding all-reduce follows; the optimizer step waits for every stage (the
+gradient-norm all-reduce is a global barrier); with the distributed optimizer the parameter all-gather follows it, or
+hides behind the next forward with ``--overlap-param-gather``. The exposed times by category sum to the iteration
+time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trainsim.cost.job_costs import CostModel, StageCost, default_cost_model, stage_costs
+
+if TYPE_CHECKING:
+    from trainsim.spec.job import Job
+
+BREAKDOWN_KEYS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "pipeline_bubble", "optimizer",
+                  "other")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Result of the analytic estimator."""
+
+    iteration_time_s: float
+    breakdown_s: dict[str, float]
+    stage_busy_s: list[float]
+    critical_stage: int
+    measured_compute_fraction: float = 0.0
+
+
+def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
+    par = job.parallelism
+    p, v, m = par.pp, par.vpp, job.num_microbatches
+    P = stages[0].p2p if p > 1 else 0.0
+    f = [s.fwd / v for s in stages]
+    b = [s.bwd / v for s in stages]
+    cycles = [fi + bi + 2 * P for fi, bi in zip(f, b, strict=True)]
+    crit = max(range(p), key=lambda i: cycles[i])
+    schedule = job.schedule
+    if schedule == "gpipe":
+        t = ((m - 1) * max(fi + P for fi in f) + sum(f) + (m - 1) * max(bi + P for bi in b) + sum(b)
+             + 2 * (p - 1) * P)
+        crit = max(range(p), key=lambda i: f[i] + b[i])
+        return t, crit
+    t = (m * v - 1) * cycles[crit] + sum(f) + sum(b) + 2 * (p - 1) * P
+    if schedule == "zb-h1" and p > 1:
+        w = sum(s.total.wgrad for s in stages) / p
+        floor = m * max(fi + bi for fi, bi in zip(f, b, strict=True)) + 2 * (m + p - 2) * P
+        t = max(floor, t - 2 * (p - 1) * w)
+    return t, crit
+
+
+def _dp_exposed(job: Job, stages: list[StageCost]) -> float:
+    tr = job.training
+    p = job.parallelism.pp
+    P = stages[0].p2p if p > 1 else 0.0
+    mean_b = sum(s.bwd for s in stages) / p / job.parallelism.vpp
+    finish = []
+    for s in stages:
+        slack = s.stage * (mean_b + P)
+        if tr.overlap_grad_reduce:
+            last_bwd = s.bwd / job.parallelism.vpp
+            sync = max(s.grad_bucket, s.grad_sync - last_bwd)
+        else:
+            sync = s.grad_sync
+        finish.append(sync + s.embedding_sync - slack)
+    return max(0.0, max(finish))
+
+
+def _param_gather_exposed(job: Job, stages: list[StageCost]) -> float:
+    tr = job.training
+    if tr.zero_stage < 1 or tr.zero_stage >= 3:
+        return 0.0
+    if not tr.overlap_param_gather:
+        return max(s.param_gather for s in stages)
+    P = stages[0].p2p if job.parallelism.pp > 1 else 0.0
+    exposed = []
+    for s in stages:
+        window = s.stage * (stages[0].fwd / job.parallelism.vpp + P) + s.fwd / job.parallelism.vpp
+        exposed.append(max(s.param_bucket, s.param_gather - window))
+    return max(0.0, max(exposed))
+
+
+def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
+    """Analytic iteration time of ``job`` with its breakdown."""
+    model = cost_model or default_cost_model(job)
+    stages = stage_costs(job, model)
+    m, v = job.num_microbatches, job.parallelism.vpp
+    p = job.parallelism.pp
+    pipe, crit = _pipeline_time(job, stages)
+    c = stages[crit].total
+    zero3 = stages[crit].zero3_exposed
+    compute = m * (c.fwd_compute + c.bwd_compute + c.overlap_penalty_fwd + c.overlap_penalty_bwd)
+    comm = {g: m * c.exposed.get(g, 0.0) for g in ("tp", "cp", "ep")}
+    P = stages[0].p2p if p > 1 else 0.0
+    pp_comm = (2 * (m * v - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
+    if job.schedule == "gpipe":
+        pp_comm = (2 * (m - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
+    dp = _dp_exposed(job, stages) + _param_gather_exposed(job, stages) + m * zero3
+    optimizer = max(s.optimizer for s in stages)
+    other = model.calibration.iteration_overhead_s
+    bubble = pipe - compute - sum(comm.values()) - pp_comm - m * zero3
+    breakdown = {
+        "compute": compute,
+        "tp_comm": comm["tp"],
+        "cp_comm": comm["cp"],
+        "ep_comm": comm["ep"],
+        "pp_comm": pp_comm,
+        "dp_comm": dp,
+        "pipeline_bubble": max(0.0, bubble),
+        "optimizer": optimizer,
+        "other": other + min(0.0, bubble),
+    }
+    total = sum(breakdown.values())
+    busy = [m * (s.fwd + s.bwd) + s.optimizer for s in stages]
+    total_compute = sum(s.total.fwd_compute + s.total.bwd_compute for s in stages)
+    measured = sum(s.total.measured for s in stages)
+    return Estimate(total, breakdown, busy, crit, measured / total_compute if total_compute else 0.0)

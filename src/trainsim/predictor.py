@@ -1,0 +1,190 @@
+"""``trainsim.predict(job)``: iteration time, throughput, MFU/HFU, memory and training cost of a job."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from trainsim.cost.calibration import Calibration
+from trainsim.cost.job_costs import CostModel, default_cost_model
+from trainsim.errors import TrainsimError
+from trainsim.estimate import estimate
+from trainsim.spec.job import Job
+from trainsim.workload.flops import FlopsConvention, iteration_flops
+from trainsim.workload.memory import memory_per_stage
+
+SECONDS_PER_DAY = 86400.0
+
+
+class StageMemoryOut(BaseModel):
+    """Memory of one GPU of a pipeline stage (bytes)."""
+
+    stage: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    total_bytes: float
+
+
+class MemoryOut(BaseModel):
+    """Memory per stage, the peak, and whether it fits."""
+
+    per_stage: list[StageMemoryOut]
+    peak_bytes: float
+    capacity_bytes: float
+    fits: bool
+
+
+class TrainingOut(BaseModel):
+    """Whole-run time and cost for a token budget."""
+
+    tokens: float
+    iterations: float
+    days: float
+    gpu_hours: float
+    cost_usd: float
+    price_per_gpu_hour: float
+
+
+class Prediction(BaseModel):
+    """Everything ``trainsim predict`` reports. Times in seconds, sizes in bytes, FLOPs in FLOP."""
+
+    model_config = ConfigDict(extra="allow")
+
+    engine: str
+    iteration_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_flops_per_iteration: float
+    hardware_flops_per_iteration: float
+    flops_convention: str
+    model_tflops_per_gpu: float
+    peak_flops_per_gpu: float
+    mfu: float
+    hfu: float
+    breakdown_s: dict[str, float]
+    bubble_fraction: float
+    stage_busy_s: list[float]
+    memory: MemoryOut
+    training: TrainingOut | None = None
+    measured_compute_fraction: float = 0.0
+    measured_comm_fraction: float = 0.0
+    job: dict[str, Any]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary (the ``--json`` output)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    """The resolved configuration of a job, for reports."""
+    par, tr = job.parallelism, job.training
+    return {
+        "model": job.model.model_dump(exclude_none=True),
+        "system": job.system.model_dump(exclude_none=True),
+        "num_gpus": job.world_size,
+        "num_nodes": job.num_nodes,
+        "tp": par.tp,
+        "pp": par.pp,
+        "vpp": par.vpp,
+        "cp": par.cp,
+        "ep": par.ep,
+        "dp": job.dp,
+        "sequence_parallel": job.sequence_parallel,
+        "schedule": job.schedule,
+        "rank_order": par.rank_order,
+        "layers_per_stage": list(job.layers_per_stage),
+        "micro_batch_size": tr.micro_batch_size,
+        "global_batch_size": tr.global_batch_size,
+        "num_microbatches": job.num_microbatches,
+        "seq_length": job.seq_length,
+        "recompute_granularity": tr.recompute_granularity,
+        "zero_stage": tr.zero_stage,
+        "overlap_grad_reduce": tr.overlap_grad_reduce,
+        "overlap_param_gather": tr.overlap_param_gather,
+        "tp_comm_overlap": tr.tp_comm_overlap,
+        "precision": tr.precision,
+        "attention": tr.attention,
+        "num_params": job.model.num_params,
+    }
+
+
+def training_cost(job: Job, iteration_time_s: float, tokens: float,
+                  price_per_gpu_hour: float | None = None) -> TrainingOut:
+    """Days, GPU-hours and dollars to train on ``tokens`` tokens."""
+    if tokens <= 0:
+        raise TrainsimError("training.train_tokens", "must be positive", "give a token count such as 300e9")
+    price = job.system.price_per_gpu_hour if price_per_gpu_hour is None else price_per_gpu_hour
+    iterations = tokens / job.tokens_per_iteration
+    seconds = iterations * iteration_time_s
+    gpu_hours = seconds / 3600.0 * job.world_size
+    return TrainingOut(tokens=tokens, iterations=iterations, days=seconds / SECONDS_PER_DAY, gpu_hours=gpu_hours,
+                       cost_usd=gpu_hours * price, price_per_gpu_hour=price)
+
+
+def memory_report(job: Job) -> MemoryOut:
+    """Per-stage memory, peak and fit."""
+    stages = memory_per_stage(job)
+    per_stage = [StageMemoryOut(**s.as_dict()) for s in stages]
+    peak = max(s.total_bytes for s in stages)
+    capacity = job.system.gpu.hbm_capacity
+    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity)
+
+
+def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost_model: CostModel | None = None,
+            calibration: Calibration | None = None, flops_convention: FlopsConvention = "megatron",
+            **engine_options: Any) -> Prediction:
+    """Predict one training job.
+
+    ``engine="analytic"`` (default) is the closed-form estimator (microseconds); ``engine="event"`` runs the
+    discrete-event simulator when it is installed. ``cost_model`` replaces the analytic op costs (e.g. measured
+    tables); ``calibration`` overrides the fitted constants.
+    """
+    model = cost_model or default_cost_model(job, calibration)
+    if engine == "analytic":
+        if engine_options:
+            raise TrainsimError("engine", f"options {sorted(engine_options)} need the event engine",
+                                "use engine='event'")
+        est = estimate(job, model)
+        extra: dict[str, Any] = {}
+    elif engine == "event":
+        from trainsim.engine import simulate_job
+
+        est, extra = simulate_job(job, model, **engine_options)
+    else:
+        raise TrainsimError("engine", f"unknown engine {engine!r}", "use 'analytic' or 'event'")
+    t = est.iteration_time_s
+    flops = iteration_flops(job, flops_convention)
+    n = job.world_size
+    dtype = "tf32" if job.training.precision == "fp32" else job.training.precision
+    peak = job.system.gpu.peak_flops.for_dtype(dtype)
+    tokens = job.tokens_per_iteration
+    m, p, v = job.num_microbatches, job.parallelism.pp, job.parallelism.vpp
+    training = None
+    if job.training.train_tokens:
+        training = training_cost(job, t, job.training.train_tokens)
+    return Prediction(
+        engine=engine,
+        iteration_time_s=t,
+        tokens_per_s=tokens / t,
+        tokens_per_s_per_gpu=tokens / t / n,
+        model_flops_per_iteration=flops.model,
+        hardware_flops_per_iteration=flops.hardware,
+        flops_convention=flops.convention,
+        model_tflops_per_gpu=flops.model / t / n / 1e12,
+        peak_flops_per_gpu=peak,
+        mfu=flops.model / (t * n * peak),
+        hfu=flops.hardware / (t * n * peak),
+        breakdown_s=est.breakdown_s,
+        bubble_fraction=(p - 1) / (m * v + p - 1) if job.schedule != "gpipe" else (p - 1) / (m + p - 1),
+        stage_busy_s=est.stage_busy_s,
+        memory=memory_report(job),
+        training=training,
+        measured_compute_fraction=est.measured_compute_fraction,
+        measured_comm_fraction=getattr(model, "measured_comm_fraction", 0.0),
+        job=job_summary(job),
+        **extra,
+    )

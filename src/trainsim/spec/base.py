@@ -1,0 +1,57 @@
+"""Base class for validated, immutable specification objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from trainsim.errors import TrainsimError
+
+
+def _field_path(prefix: str, loc: tuple[Any, ...]) -> str:
+    parts = [prefix] if prefix else []
+    parts += [str(p) for p in loc if p != "__root__"]
+    return ".".join(parts) or prefix or "input"
+
+
+def to_trainsim_error(exc: ValidationError, prefix: str = "") -> TrainsimError:
+    """Turn the first error of a pydantic ``ValidationError`` into a :class:`TrainsimError`."""
+    err = exc.errors(include_url=False)[0]
+    original = (err.get("ctx") or {}).get("error")
+    if isinstance(original, TrainsimError):
+        return original
+    field = _field_path(prefix, tuple(err.get("loc", ())))
+    kind = err.get("type", "")
+    msg = err.get("msg", "invalid value")
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        return TrainsimError(field, "unknown field", "remove it or check the spelling against the documented fields")
+    if kind == "missing":
+        return TrainsimError(field, "is required", "give a value")
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return TrainsimError(field, f"{msg} (got {shown})", "give a valid value")
+
+
+class Spec(BaseModel):
+    """Frozen pydantic model whose validation errors are :class:`TrainsimError`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise to_trainsim_error(exc, _spec_prefix(type(self))) from None
+
+    def replace(self, **changes: Any) -> Any:
+        """A validated copy with some fields changed."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+
+def _spec_prefix(cls: type) -> str:
+    return {"Model": "model", "System": "system", "Parallelism": "parallelism", "Training": "training"}.get(
+        cls.__name__, ""
+    )

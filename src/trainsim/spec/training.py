@@ -1,0 +1,53 @@
+"""Training settings: batch, sequence, recomputation, optimizer sharding, overlap, precision."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from trainsim.spec.base import Spec
+
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8"]
+
+
+class Training(Spec):
+    """Per-iteration training settings (Megatron names).
+
+    ``zero_stage`` 1 is Megatron's ``--use-distributed-optimizer`` (optimizer states sharded over data-parallel
+    ranks); 2 also shards gradients; 3 also shards parameters (FSDP / ZeRO-3). ``attention`` selects FlashAttention
+    (fused, causal FLOPs skipped, no s² activations) or the unfused core attention of Megatron before 2023.
+    """
+
+    micro_batch_size: int = Field(default=1, gt=0)
+    global_batch_size: int = Field(gt=0)
+    seq_length: int | None = Field(default=None, gt=0, description="None: the model's seq_length")
+    recompute_granularity: Recompute = "none"
+    recompute_num_layers: int | None = Field(
+        default=None, gt=0, description="with full recompute: layers per stage recomputed (None: all)"
+    )
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    precision: Precision = "bf16"
+    attention: Literal["flash", "unfused"] = "flash"
+    grad_reduce_in_fp32: bool | None = Field(
+        default=None,
+        description="gradient buffer and its reduction in fp32 (None: Megatron's default, fp32 unless fp16 training)",
+    )
+    ddp_bucket_size: int | None = Field(default=None, gt=0, description="parameters per DP bucket (Megatron default)")
+    train_tokens: float | None = Field(default=None, gt=0)
+
+    @property
+    def grads_in_fp32(self) -> bool:
+        """Whether gradients are accumulated and reduced in fp32 (Megatron turns this on for bf16/fp8)."""
+        if self.grad_reduce_in_fp32 is not None:
+            return self.grad_reduce_in_fp32
+        return self.precision != "fp16"
+
+    @property
+    def use_distributed_optimizer(self) -> bool:
+        """Megatron's flag: optimizer states sharded over data parallelism."""
+        return self.zero_stage >= 1

@@ -1,0 +1,1 @@
+"""Validation against published measurements, and calibration of the analytic constants."""

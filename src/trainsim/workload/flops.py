@@ -1,0 +1,86 @@
+"""Model and hardware FLOPs per iteration, with the counting convention named.
+
+Conventions:
+
+- ``megatron`` (default): Megatron-LM's ``num_floating_point_operations`` generalised — 3 × the forward
+  matrix-multiply FLOPs of every layer and the LM head (backward = 2 × forward), attention scores counted for the full
+  s×s square even when causal. This is how Megatron-LM, NeMo and most published MFU figures count.
+- ``causal``: the same but the causal half of the attention scores is not counted.
+
+Hardware FLOPs add what recomputation executes again (full: one more forward of every recomputed layer; selective:
+the core-attention forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from trainsim.spec.job import Job
+    from trainsim.spec.model import Model
+
+FlopsConvention = Literal["megatron", "causal"]
+
+
+@dataclass(frozen=True, slots=True)
+class IterationFlops:
+    """FLOPs of one iteration over the whole job."""
+
+    model: float
+    hardware: float
+    convention: FlopsConvention
+
+
+def _attention_score_flops(model: Model, tokens: float, seq: int, convention: FlopsConvention) -> float:
+    """Forward FLOPs of QKᵀ and PV for ``tokens`` tokens of sequences of length ``seq``."""
+    full = 4.0 * tokens * seq * model.num_attention_heads * model.head_dim
+    return full * (0.5 if (convention == "causal" and model.causal) else 1.0)
+
+
+def layer_forward_flops(model: Model, tokens: float, seq: int, convention: FlopsConvention = "megatron",
+                        moe: bool = False) -> float:
+    """Forward matrix FLOPs of one layer for ``tokens`` tokens."""
+    h, d = model.hidden_size, model.head_dim
+    q = model.num_attention_heads * d
+    kv = 2 * model.query_groups * d
+    flops = 2.0 * tokens * h * (q + kv) + 2.0 * tokens * q * h
+    flops += _attention_score_flops(model, tokens, seq, convention)
+    mult = 3 if model.swiglu else 2
+    if moe:
+        flops += 2.0 * tokens * h * (model.num_experts or 0)  # router
+        flops += model.moe_router_topk * 2.0 * tokens * h * model.expert_ffn_size * mult
+        shared = model.moe_shared_expert_intermediate_size or 0
+        flops += 2.0 * tokens * h * shared * mult
+    else:
+        flops += 2.0 * tokens * h * model.ffn_size * mult
+    return flops
+
+
+def model_forward_flops(model: Model, tokens: float, seq: int, convention: FlopsConvention = "megatron") -> float:
+    """Forward FLOPs of the whole model (all layers and the LM head) for ``tokens`` tokens."""
+    moe_layers = model.num_moe_layers
+    dense_layers = model.num_layers - moe_layers
+    flops = dense_layers * layer_forward_flops(model, tokens, seq, convention, moe=False)
+    if moe_layers:
+        flops += moe_layers * layer_forward_flops(model, tokens, seq, convention, moe=True)
+    flops += 2.0 * tokens * model.hidden_size * model.padded_vocab_size()
+    return flops
+
+
+def iteration_flops(job: Job, convention: FlopsConvention = "megatron") -> IterationFlops:
+    """Model and hardware FLOPs of one training iteration of ``job``."""
+    model, tr = job.model, job.training
+    seq = job.seq_length
+    tokens = float(tr.global_batch_size * seq)
+    fwd = model_forward_flops(model, tokens, seq, convention)
+    model_flops = 3.0 * fwd
+    hardware = model_flops
+    if tr.recompute_granularity == "full":
+        layers_fwd = fwd - 2.0 * tokens * model.hidden_size * model.padded_vocab_size()
+        recomputed = tr.recompute_num_layers
+        share = 1.0 if recomputed is None else min(1.0, recomputed * job.parallelism.pp / model.num_layers)
+        hardware += layers_fwd * share
+    elif tr.recompute_granularity == "selective" and tr.attention == "unfused":
+        hardware += model.num_layers * _attention_score_flops(model, tokens, seq, "megatron")
+    return IterationFlops(model_flops, hardware, convention)
