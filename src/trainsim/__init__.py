@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -16,16 +16,12 @@ _LAZY: dict[str, str] = {
     "Job": "trainsim.spec.job",
     "load_model": "trainsim.spec.presets",
     "load_system": "trainsim.spec.presets",
-    "predict": "trainsim.predict",
-    "Prediction": "trainsim.predict",
-    "whatif": "trainsim.whatif",
+    "predict": "trainsim.predictor",
+    "Prediction": "trainsim.predictor",
+    "analyze_trace": "trainsim.whatif",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
-
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:

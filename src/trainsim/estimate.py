@@ -40,6 +40,7 @@ class Estimate:
     stage_busy_s: list[float]
     critical_stage: int
     measured_compute_fraction: float = 0.0
+    measured_comm_fraction: float = 0.0
 
 
 def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
@@ -129,4 +130,7 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     busy = [m * (s.fwd + s.bwd) + s.optimizer for s in stages]
     total_compute = sum(s.total.fwd_compute + s.total.bwd_compute for s in stages)
     measured = sum(s.total.measured for s in stages)
-    return Estimate(total, breakdown, busy, crit, measured / total_compute if total_compute else 0.0)
+    comm = sum(s.total.comm for s in stages)
+    comm_measured = sum(s.total.comm_measured for s in stages)
+    return Estimate(total, breakdown, busy, crit, measured / total_compute if total_compute else 0.0,
+                    comm_measured / comm if comm else 0.0)

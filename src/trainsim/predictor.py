@@ -184,7 +184,7 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         memory=memory_report(job),
         training=training,
         measured_compute_fraction=est.measured_compute_fraction,
-        measured_comm_fraction=getattr(model, "measured_comm_fraction", 0.0),
+        measured_comm_fraction=est.measured_comm_fraction,
         job=job_summary(job),
         **extra,
     )

@@ -30,6 +30,9 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "trainsim.cli.presets_cmd",
     "trainsim.cli.validate_cmd",
     "trainsim.cli.whatif_cmd",
+    "trainsim.cli.search_cmd",
+    "trainsim.cli.plan_cmd",
+    "trainsim.cli.profile_cmd",
 )
 
 for _name in _COMMAND_MODULES:

@@ -17,6 +17,8 @@ def predict_command(
     engine: str = typer.Option("analytic", "--engine", help="analytic (closed form) or event (simulator)"),
     flops_convention: str = typer.Option("megatron", "--flops-convention", help="megatron or causal"),
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
+    op_costs: list[str] = typer.Option([], "--op-costs", help="measured operator table(s) (trainsim profile)"),
+    comm_costs: list[str] = typer.Option([], "--comm-costs", help="measured collective table(s) (nccl-tests)"),
     *,
     job_options: dict[str, Any],
 ) -> None:
@@ -30,7 +32,13 @@ def predict_command(
         raise TrainsimError("engine", f"unknown engine {engine!r}", "use analytic or event")
     job = job_from_options(job_options)
     calib = _load_calibration(calibration, job) if calibration else None
-    result = predict(job, engine=engine, calibration=calib, flops_convention=flops_convention)  # type: ignore[arg-type]
+    cost_model = None
+    if op_costs or comm_costs:
+        from trainsim.cost.tables import measured_cost_model
+
+        cost_model = measured_cost_model(job, op_tables=op_costs, comm_tables=comm_costs, calibration=calib)
+    result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
+                     flops_convention=flops_convention)
     if json_out:
         from trainsim.cli.output import print_json
 

@@ -41,6 +41,10 @@ class CostModel(Protocol):
         """Seconds for one collective over a group placed as ``place``."""
         ...
 
+    def is_measured(self, op: ComputeOp | CommOp) -> bool:
+        """Whether the cost of ``op`` comes from a measurement (for the measured fractions)."""
+        ...
+
 
 @dataclass
 class AnalyticCostModel:
@@ -58,6 +62,10 @@ class AnalyticCostModel:
         """α-β time of ``op``."""
         return collective_time(op.collective, op.nbytes, place, self.system, self.calibration, self.job_nodes)
 
+    def is_measured(self, op: ComputeOp | CommOp) -> bool:
+        """Nothing is measured in the analytic model."""
+        return False
+
 
 @dataclass
 class BlockCost:
@@ -73,6 +81,8 @@ class BlockCost:
     overlap_penalty_fwd: float = 0.0
     overlap_penalty_bwd: float = 0.0
     measured: float = 0.0  # compute seconds priced from measurements (for measured_compute_fraction)
+    comm: float = 0.0  # all collective seconds (hidden or not)
+    comm_measured: float = 0.0  # collective seconds priced from measurements
 
     @property
     def fwd(self) -> float:
@@ -89,7 +99,8 @@ class BlockCost:
         return BlockCost(
             self.fwd_compute * k, self.bwd_compute * k, self.recompute * k, self.wgrad * k,
             {g: t * k for g, t in self.exposed.items()}, self.exposed_fwd * k, self.exposed_bwd * k,
-            self.overlap_penalty_fwd * k, self.overlap_penalty_bwd * k, self.measured * k,
+            self.overlap_penalty_fwd * k, self.overlap_penalty_bwd * k, self.measured * k, self.comm * k,
+            self.comm_measured * k,
         )
 
     def __add__(self, other: BlockCost) -> BlockCost:
@@ -101,7 +112,7 @@ class BlockCost:
             self.recompute + other.recompute, self.wgrad + other.wgrad, exposed,
             self.exposed_fwd + other.exposed_fwd, self.exposed_bwd + other.exposed_bwd,
             self.overlap_penalty_fwd + other.overlap_penalty_fwd, self.overlap_penalty_bwd + other.overlap_penalty_bwd,
-            self.measured + other.measured,
+            self.measured + other.measured, self.comm + other.comm, self.comm_measured + other.comm_measured,
         )
 
 
@@ -148,14 +159,16 @@ def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_co
     re = sum(c(op) for op in work.recompute)
     bwd = sum(c(op) for op in work.bwd) + re
     wgrad = sum(t for name, t in bwd_times.items() if name.endswith("_wgrad"))
-    measured_attr = getattr(model, "measured_seconds", None)
-    measured = measured_attr(work) if measured_attr else 0.0
+    measured = sum(c(op) for op in (*work.fwd, *work.bwd, *work.recompute) if model.is_measured(op))
     out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
     slow = model.calibration.overlap_slowdown
 
     def account(ops: tuple[CommOp, ...], times: dict[str, float], backward: bool) -> None:
         for op in ops:
             t = model.collective(op, places.get(op.group, places["tp"]))
+            out.comm += t
+            if model.is_measured(op):
+                out.comm_measured += t
             hidden_by = times.get(op.hide_behind, 0.0) if op.hide_behind else 0.0
             can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
             if can_hide and hidden_by > 0:
