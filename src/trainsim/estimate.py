@@ -1,7 +1,9 @@
 """Analytic iteration-time estimate: closed-form composition of the per-stage costs.
 
 Pipeline (``m`` micro-batches, ``p`` stages, ``v`` virtual stages, per-stage forward/backward ``F_s``/``B_s`` per
-micro-batch, ``P`` one point-to-point transfer; chunk times ``f_s = F_s/v``):
+micro-batch, ``P`` the exposed part of one point-to-point transfer — all of it, except in the interleaved schedule with
+Megatron-Core's default ``overlap_p2p_comm`` where only what outlasts a chunk's forward; chunk times
+``f_s = F_s/v``):
 
 - 1F1B and interleaved 1F1B: ``T = (m·v − 1)·max_s(f_s + b_s + 2P) + Σ_s (f_s + b_s) + 2(p − 1)P``, which is
   ``(m + (p − 1)/v)(F + B)`` plus transfers for uniform stages (bubble fraction ``(p−1)/(m·v + p − 1)``);
@@ -43,10 +45,26 @@ class Estimate:
     measured_comm_fraction: float = 0.0
 
 
+def exposed_p2p(job: Job, stages: list[StageCost]) -> float:
+    """Point-to-point time on the critical path per transfer.
+
+    Megatron-Core's interleaved schedule overlaps send/recv with the next chunk's compute (``overlap_p2p_comm``,
+    on by default); only what outlasts a chunk's forward is exposed. Other schedules block on each transfer.
+    """
+    p = job.parallelism.pp
+    if p == 1:
+        return 0.0
+    P = max(s.p2p for s in stages)
+    if job.schedule == "interleaved" and job.training.overlap_p2p_comm:
+        chunk = min(s.fwd for s in stages) / job.parallelism.vpp
+        return max(0.0, P - chunk)
+    return P
+
+
 def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
     par = job.parallelism
     p, v, m = par.pp, par.vpp, job.num_microbatches
-    P = stages[0].p2p if p > 1 else 0.0
+    P = exposed_p2p(job, stages)
     f = [s.fwd / v for s in stages]
     b = [s.bwd / v for s in stages]
     cycles = [fi + bi + 2 * P for fi, bi in zip(f, b, strict=True)]
@@ -68,7 +86,7 @@ def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
 def _dp_exposed(job: Job, stages: list[StageCost]) -> float:
     tr = job.training
     p = job.parallelism.pp
-    P = stages[0].p2p if p > 1 else 0.0
+    P = exposed_p2p(job, stages)
     mean_b = sum(s.bwd for s in stages) / p / job.parallelism.vpp
     finish = []
     for s in stages:
@@ -88,7 +106,7 @@ def _param_gather_exposed(job: Job, stages: list[StageCost]) -> float:
         return 0.0
     if not tr.overlap_param_gather:
         return max(s.param_gather for s in stages)
-    P = stages[0].p2p if job.parallelism.pp > 1 else 0.0
+    P = exposed_p2p(job, stages)
     exposed = []
     for s in stages:
         window = s.stage * (stages[0].fwd / job.parallelism.vpp + P) + s.fwd / job.parallelism.vpp
@@ -107,7 +125,7 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     zero3 = stages[crit].zero3_exposed
     compute = m * (c.fwd_compute + c.bwd_compute + c.overlap_penalty_fwd + c.overlap_penalty_bwd)
     comm = {g: m * c.exposed.get(g, 0.0) for g in ("tp", "cp", "ep")}
-    P = stages[0].p2p if p > 1 else 0.0
+    P = exposed_p2p(job, stages)
     pp_comm = (2 * (m * v - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
     if job.schedule == "gpipe":
         pp_comm = (2 * (m - 1) + 2 * (p - 1)) * P if p > 1 else 0.0

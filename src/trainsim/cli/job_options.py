@@ -100,6 +100,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
        "overlap parameter all-gather with forward"),
     _o("tp_comm_overlap", ("--tp-comm-overlap",), bool, "training", "tp_comm_overlap",
        "overlap TP communication with GEMMs"),
+    _o("no_overlap_p2p_comm", ("--no-overlap-p2p-communication",), bool, "training", "overlap_p2p_comm",
+       "interleaved schedule: block on pipeline send/recv"),
     _o("fp16", ("--fp16",), bool, "training", "precision", "fp16 mixed precision"),
     _o("bf16", ("--bf16",), bool, "training", "precision", "bf16 mixed precision (default)"),
     _o("fp8", ("--fp8",), bool, "training", "precision", "FP8 GEMMs (Transformer Engine)"),
@@ -165,7 +167,7 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
         opt = _BY_NAME[name]
         if opt.section == "job" or name in PRECISION_FLAGS or value is None or value is False:
             continue
-        if name == "grad_reduce_in_bf16":
+        if name in ("grad_reduce_in_bf16", "no_overlap_p2p_comm"):
             value = False
         elif name == "use_distributed_optimizer":
             if values.get("zero_stage") is not None and values["zero_stage"] < 1:
@@ -193,6 +195,8 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
             flags = ", ".join("--" + m.replace("_", "-") for m in missing)
             raise TrainsimError("model", "no --model preset and the architecture flags are incomplete",
                                 f"give --model NAME or also {flags}")
+        if "seq_length" not in overrides and "seq_length" in sections["training"]:
+            overrides["seq_length"] = sections["training"]["seq_length"]  # Megatron: max positions default to it
         model = Model(**overrides)
 
     system = load_system(values.get("system") or "dgx-h100")

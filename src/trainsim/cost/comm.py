@@ -9,9 +9,9 @@ expert data-parallel dimension).
 Bandwidth. Inside a node a GPU reaches ``nvlink_bandwidth · nvlink_efficiency`` per direction. Across nodes, a
 group's traffic leaves each node through the NICs of its members there (rail-optimised: each GPU owns
 ``nics_per_node · nic_bandwidth / gpus_per_node``), so a ring crossing nodes is limited by
-``members_per_node · nic_per_gpu · network_efficiency`` — and when every GPU of a node runs the same kind of collective at
-once (TP, DP, CP groups all do), this is exactly the node's NICs shared between the concurrent groups. Oversubscribed
-fabrics divide the NIC bandwidth above ``full_bisection_nodes``.
+``members_per_node · nic_per_gpu · network_efficiency`` — and when every GPU of a node runs the same kind of
+collective at once (TP, DP, CP groups all do), this is exactly the node's NICs shared between the concurrent
+groups. Oversubscribed fabrics divide the NIC bandwidth above ``full_bisection_nodes``.
 
 Algorithms (``n`` members, buffer ``S`` as nccl-tests counts it, α the link latency):
 

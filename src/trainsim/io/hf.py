@@ -109,5 +109,6 @@ def load_hf_config(path: str | Path) -> Model:
     except FileNotFoundError:
         raise TrainsimError("model", f"file not found: {p}", "give a preset name or a path to config.json") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TrainsimError("model", f"cannot read {p} as JSON ({exc})", "check the file is a valid config.json") from None
+        raise TrainsimError("model", f"cannot read {p} as JSON ({exc})",
+                            "check the file is a valid config.json") from None
     return model_from_hf_config(cfg, name=p.parent.name if p.name == "config.json" else p.stem)

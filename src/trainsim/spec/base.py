@@ -19,9 +19,14 @@ def to_trainsim_error(exc: ValidationError, prefix: str = "") -> TrainsimError:
     """Turn the first error of a pydantic ``ValidationError`` into a :class:`TrainsimError`."""
     err = exc.errors(include_url=False)[0]
     original = (err.get("ctx") or {}).get("error")
+    loc = tuple(err.get("loc", ()))
     if isinstance(original, TrainsimError):
-        return original
-    field = _field_path(prefix, tuple(err.get("loc", ())))
+        if not loc and not prefix:
+            return original
+        parts = _field_path(prefix, loc).split(".") + original.field.split(".")
+        merged = [p for i, p in enumerate(parts) if i == 0 or p != parts[i - 1]]
+        return TrainsimError(".".join(merged), original.message, original.hint)
+    field = _field_path(prefix, loc)
     kind = err.get("type", "")
     msg = err.get("msg", "invalid value")
     value = err.get("input")

@@ -58,7 +58,8 @@ def load_model(name_or_path: str | Path) -> Model:
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            raise TrainsimError("model", f"file not found: {path}", "give a preset name or a config.json path") from None
+            raise TrainsimError("model", f"file not found: {path}",
+                                "give a preset name or a config.json path") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise TrainsimError("model", f"cannot read {path} as JSON ({exc})", "check the file") from None
         if isinstance(data, dict) and "num_layers" in data and "model_type" not in data:
@@ -81,7 +82,8 @@ def _system_from_yaml_text(text: str, origin: str) -> System:
     try:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise TrainsimError("system", f"cannot parse {origin} as YAML ({exc})".replace("\n", " "), "fix the file") from None
+        message = f"cannot parse {origin} as YAML ({exc})".replace("\n", " ")
+        raise TrainsimError("system", message, "fix the file") from None
     if not isinstance(data, dict):
         raise TrainsimError("system", f"{origin} is not a mapping", "see the preset files for the format")
     if "price_per_gpu_hour" not in data:

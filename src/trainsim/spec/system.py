@@ -118,35 +118,40 @@ def system_from_dict(data: dict[str, Any], name: str | None = None) -> System:
     peak = g.get("peak_tflops") or {}
     if not isinstance(peak, dict):
         raise TrainsimError("system.gpu.peak_tflops", "must map data types to TFLOP/s", "e.g. {bf16: 989}")
-    try:
-        return System(
-            name=name or data.get("name", "custom"),
-            price_per_gpu_hour=data.get("price_per_gpu_hour", 2.0),
-            source=data.get("source"),
-            gpu=GPU(
-                name=g.get("name", "gpu"),
-                generation=g.get("generation", "custom"),
-                peak_flops=PeakFlops(**{k: (None if v is None else v * _TERA) for k, v in peak.items()}),
-                vector_flops=_num(g, "vector_tflops", "system.gpu") * _TERA,
-                hbm_bandwidth=_num(g, "hbm_bandwidth_tbps", "system.gpu") * _TERA,
-                hbm_capacity=_num(g, "hbm_capacity_gb", "system.gpu") * _GIGA,
-                num_sms=g.get("num_sms", 108),
-            ),
-            node=Node(
-                gpus_per_node=n.get("gpus_per_node", 8),
-                nvlink_bandwidth=_num(n, "nvlink_bandwidth_gbps", "system.node") * _GIGA,
-                nvlink_latency=n.get("nvlink_latency_us", 3.0) * 1e-6,
-            ),
-            network=Network(
-                nics_per_node=w.get("nics_per_node", 8),
-                nic_bandwidth=_num(w, "nic_bandwidth_gbps", "system.network") * _GIGA / 8,
-                latency=w.get("latency_us", 8.0) * 1e-6,
-                oversubscription=w.get("oversubscription", 1.0),
-                full_bisection_nodes=w.get("full_bisection_nodes"),
-            ),
-        )
-    except TypeError as exc:
-        raise TrainsimError("system", f"invalid value: {exc}", "numbers must be numbers") from None
+    nested = {
+        "name": name or data.get("name", "custom"),
+        "price_per_gpu_hour": data.get("price_per_gpu_hour", 2.0),
+        "source": data.get("source"),
+        "gpu": {
+            "name": g.get("name", "gpu"),
+            "generation": g.get("generation", "custom"),
+            "peak_flops": {k: _scaled(v, _TERA) for k, v in peak.items()},
+            "vector_flops": _num(g, "vector_tflops", "system.gpu") * _TERA,
+            "hbm_bandwidth": _num(g, "hbm_bandwidth_tbps", "system.gpu") * _TERA,
+            "hbm_capacity": _num(g, "hbm_capacity_gb", "system.gpu") * _GIGA,
+            "num_sms": g.get("num_sms", 108),
+        },
+        "node": {
+            "gpus_per_node": n.get("gpus_per_node", 8),
+            "nvlink_bandwidth": _num(n, "nvlink_bandwidth_gbps", "system.node") * _GIGA,
+            "nvlink_latency": _scaled(n.get("nvlink_latency_us", 3.0), 1e-6),
+        },
+        "network": {
+            "nics_per_node": w.get("nics_per_node", 8),
+            "nic_bandwidth": _num(w, "nic_bandwidth_gbps", "system.network") * _GIGA / 8,
+            "latency": _scaled(w.get("latency_us", 8.0), 1e-6),
+            "oversubscription": w.get("oversubscription", 1.0),
+            "full_bisection_nodes": w.get("full_bisection_nodes"),
+        },
+    }
+    return System(**nested)
+
+
+def _scaled(value: Any, factor: float) -> Any:
+    """Scale a number; leave anything else for validation to reject with the field name."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value * factor
+    return value
 
 
 def _num(section: dict[str, Any], key: str, path: str) -> float:

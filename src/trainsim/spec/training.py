@@ -31,6 +31,9 @@ class Training(Spec):
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    overlap_p2p_comm: bool = Field(
+        default=True, description="interleaved schedule: overlap pipeline send/recv with compute (Megatron default)"
+    )
     precision: Precision = "bf16"
     attention: Literal["flash", "unfused"] = "flash"
     grad_reduce_in_fp32: bool | None = Field(

@@ -4,7 +4,8 @@ Each row becomes a :class:`~trainsim.spec.job.Job`. Empty cells get the framewor
 chosen here once and documented in :data:`SOURCE_DEFAULTS` and docs/VALIDATION.md:
 
 - ``sc21``/``kort`` (Megatron-LM 2021-22 on DGX-A100): unfused core attention (FlashAttention did not exist yet),
-  GELU MLP with biases and dropout, learned positions, tied embeddings, fp16, no distributed optimizer. SC'21 rows
+  GELU MLP with biases and dropout, learned positions, tied embeddings, fp16, no distributed optimizer, blocking
+  pipeline send/recv (the interleaved schedule's P2P overlap came with Megatron-Core). SC'21 rows
   with ``DDP impl=torch`` overlap the gradient all-reduce with backward (PyTorch DDP buckets); ``impl=local`` does not.
 - ``mlm24`` (Megatron-Core r0.8 on DGX-H100): the README states ``--overlap-grad-reduce --overlap-param-gather
   --tp-comm-overlap``, which require the distributed optimizer and sequence parallelism; bf16 (implied by the MFU /
@@ -36,8 +37,10 @@ from trainsim.spec.presets import load_system
 from trainsim.spec.training import Training
 
 SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sc21": {"attention": "unfused", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none"},
-    "kort": {"attention": "unfused", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none"},
+    "sc21": {"attention": "unfused", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
+             "overlap_p2p_comm": False},
+    "kort": {"attention": "unfused", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
+             "overlap_p2p_comm": False},
     "mlm24": {"attention": "flash", "precision": "bf16", "zero": 1, "sp": True, "recompute": "none",
               "micro_batch": 1, "overlap_grad_reduce": True, "overlap_param_gather": True, "tp_comm_overlap": True},
     "nemo2407": {"attention": "flash", "precision": "fp8", "zero": 1, "sp": True, "recompute": "none",
@@ -107,14 +110,14 @@ def measured_iteration_time(row: pd.Series, model: Model) -> float:
     if _val(row, "measured_tokens_per_s_per_gpu") is not None:
         return b * s / (float(row["measured_tokens_per_s_per_gpu"]) * n)
     tflops = float(row["measured_tflops_per_gpu"])
-    l, h, v = model.num_layers, model.hidden_size, float(row["vocab"])
+    layers, h, v = model.num_layers, model.hidden_size, float(row["vocab"])
     if _source(str(row["id"])) == "sc21":
-        flops = 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+        flops = 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
     else:
         a, g = model.num_attention_heads, model.query_groups
         f = model.ffn_size
         mult = 1.5 if model.swiglu else 1.0
-        flops = 12.0 * b * s * l * h * h * ((1 + g / a + s / h) + f / h * mult + v / (2 * l * h))
+        flops = 12.0 * b * s * layers * h * h * ((1 + g / a + s / h) + f / h * mult + v / (2 * layers * h))
     return flops / (tflops * 1e12 * n)
 
 
@@ -157,6 +160,7 @@ def row_to_measurement(row: pd.Series) -> Measurement:
             overlap_param_gather=d.get("overlap_param_gather", False) and zero >= 1,
             tp_comm_overlap=d.get("tp_comm_overlap", False) and sp and tp > 1,
             grad_reduce_in_fp32=d.get("grad_reduce_in_fp32"),
+            overlap_p2p_comm=d.get("overlap_p2p_comm", True),
         ),
         num_gpus=int(row["num_gpus"]),
     )

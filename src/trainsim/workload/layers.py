@@ -206,10 +206,7 @@ def _attention_block(model: Model, shard: Shard) -> Work:
         comm_fwd += (CommOp("cp_kv_ring", "send_recv", "cp", "fwd", (cp - 1) * kv_block, ring, True),)
         comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", "cp", "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
                             True),)
-    if shard.recompute == "selective" and shard.attention == "unfused":
-        recompute = tuple(core_fwd)
-    else:
-        recompute = ()
+    recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention == "unfused" else ()
     return Work(tuple(fwd), tuple(bwd), recompute, comm_fwd, comm_bwd)
 
 
@@ -315,7 +312,7 @@ def embedding_work(model: Model, shard: Shard) -> Work:
     t = shard.tokens
     e = shard.act_bytes
     if model.input_embedding == "patch":
-        f, d, w = gemm_with_grads("patch_embed", t, h, model.vocab_size, shard.gemm_dtype)
+        f, _d, w = gemm_with_grads("patch_embed", t, h, model.vocab_size, shard.gemm_dtype)
         fwd: tuple[ComputeOp, ...] = (f, elementwise("embed_dropout", "fwd", (2 * e + 1) * t * h))
         return Work(fwd, (w, elementwise("embed_dropout_grad", "bwd", (2 * e + 1) * t * h)))
     n = t * h

@@ -1,0 +1,87 @@
+"""``trainsim validate`` and ``trainsim calibrate``: accuracy against published measurements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from trainsim.cli import app
+
+
+def _print_summary(report) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainsim.validation.report import SOURCE_NAMES
+
+    t = Table(title="predicted vs measured iteration time", title_justify="left")
+    for col in ("source", "rows", "MAPE", "max |error|", "held-out MAPE"):
+        t.add_column(col, justify="left" if col == "source" else "right")
+    for src in report.sources():
+        n = sum(1 for r in report.rows if r.source == src)
+        t.add_row(SOURCE_NAMES.get(src, src), str(n), f"{report.mape(src):.1%}", f"{report.max_error(src):.1%}",
+                  f"{report.mape(src, held_out=True):.1%}")
+    t.add_row("all", str(len(report.rows)), f"{report.mape():.1%}", f"{report.max_error():.1%}",
+              f"{report.mape(held_out=True):.1%}")
+    Console().print(t)
+
+
+def _json(report) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    return {
+        "mape": report.mape(),
+        "max_abs_error": report.max_error(),
+        "held_out_mape": report.mape(held_out=True),
+        "per_source": {s: {"mape": report.mape(s), "max_abs_error": report.max_error(s),
+                           "held_out_mape": report.mape(s, held_out=True)} for s in report.sources()},
+        "calibration": {g: c.as_dict() for g, c in report.calibrations.items()},
+        "rows": [{"id": r.id, "source": r.source, "measured_s": r.measured_s, "predicted_s": r.predicted_s,
+                  "error": r.error, "held_out_error": r.held_out_error, "mfu": r.mfu, "fits": r.fits}
+                 for r in report.rows],
+    }
+
+
+@app.command("validate")
+def validate_command(
+    write: Path | None = typer.Option(None, "--write", help="write the Markdown report (e.g. docs/VALIDATION.md)"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="leave-one-source-out refits"),
+) -> None:
+    """Predict every published measurement and report the error per source."""
+    from trainsim.validation.report import render_markdown, run_validation
+
+    report = run_validation(refit=False, held_out=held_out)
+    if write:
+        write.parent.mkdir(parents=True, exist_ok=True)
+        write.write_text(render_markdown(report))
+    if json_out:
+        from trainsim.cli.output import print_json
+
+        print_json(_json(report))
+    else:
+        _print_summary(report)
+        if write:
+            print(f"wrote {write}")
+
+
+@app.command("calibrate")
+def calibrate_command(
+    out: Path | None = typer.Option(None, "--out", help="calibration YAML to write (default: the packaged one)"),
+    write: Path | None = typer.Option(None, "--write", help="also write the Markdown report"),
+) -> None:
+    """Refit the analytic constants on the published measurements, write them, and report the error."""
+    from importlib import resources
+
+    from trainsim.cost import calibration as calibration_module
+    from trainsim.validation.report import render_markdown, run_validation, write_calibration
+
+    report = run_validation(refit=True, held_out=write is not None)
+    target = out or Path(str(resources.files("trainsim") / "presets" / calibration_module.CALIBRATION_FILE))
+    write_calibration(report, target)
+    calibration_module._load.cache_clear()
+    print(f"wrote {target}")
+    if write:
+        write.parent.mkdir(parents=True, exist_ok=True)
+        write.write_text(render_markdown(report))
+        print(f"wrote {write}")
+    _print_summary(report)

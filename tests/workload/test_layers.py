@@ -1,0 +1,41 @@
+from trainsim.spec import load_model
+from trainsim.workload.flops import layer_forward_flops
+from trainsim.workload.layers import Shard, layer_work
+
+
+def _gemm_flops(ops):
+    return sum(o.flops for o in ops if o.kind in ("gemm", "attention"))
+
+
+def test_layer_ops_reproduce_the_layer_flops_split_over_tensor_parallel_ranks():
+    m = load_model("llama2-70b")
+    for tp in (1, 8):
+        w = layer_work(m, Shard(micro_batch=2, seq=4096, tp=tp, attention="flash"))
+        # flash attention skips the causal half; the model-FLOP count (megatron convention) does not
+        expected = layer_forward_flops(m, 2 * 4096, 4096, "causal") / tp
+        assert abs(_gemm_flops(w.fwd) / expected - 1) < 1e-9
+        assert abs(_gemm_flops(w.bwd) / (2 * expected) - 1) < 0.05
+
+
+def test_sequence_parallel_turns_all_reduce_into_gather_and_scatter():
+    m = load_model("gpt3-175b")
+    plain = layer_work(m, Shard(micro_batch=1, seq=2048, tp=8))
+    sp = layer_work(m, Shard(micro_batch=1, seq=2048, tp=8, sequence_parallel=True))
+    assert [c.collective for c in plain.comm_fwd] == ["all_reduce", "all_reduce"]
+    assert sorted(c.collective for c in sp.comm_fwd) == ["all_gather", "all_gather", "reduce_scatter",
+                                                         "reduce_scatter"]
+    assert sum(c.nbytes for c in sp.comm_fwd) == 2 * sum(c.nbytes for c in plain.comm_fwd)
+
+
+def test_full_recompute_repeats_the_forward():
+    m = load_model("gpt3-175b")
+    w = layer_work(m, Shard(micro_batch=1, seq=2048, tp=8, recompute="full"))
+    assert w.recompute == w.fwd and w.comm_recompute == w.comm_fwd
+
+
+def test_context_parallel_adds_a_kv_ring():
+    m = load_model("llama3-8b")
+    w = layer_work(m, Shard(micro_batch=1, seq=8192, tp=1, cp=4))
+    ring = [c for c in w.comm_fwd if c.group == "cp"]
+    assert len(ring) == 1 and ring[0].collective == "send_recv"
+    assert ring[0].nbytes == 3 * 2 * (8192 // 4) * 8 * 128 * 2  # (cp-1) blocks of K and V
