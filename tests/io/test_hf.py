@@ -6,25 +6,74 @@ from trainsim.errors import TrainsimError
 from trainsim.spec import load_model
 
 LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu",
-    "tie_word_embeddings": False, "attention_bias": False,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "attention_bias": False,
 }
 MIXTRAL = {
-    "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-    "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
-    "num_local_experts": 8, "num_experts_per_tok": 2, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+    "model_type": "mixtral",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-5,
     "tie_word_embeddings": False,
 }
-GPT2 = {"model_type": "gpt2", "n_embd": 1600, "n_head": 25, "n_layer": 48, "n_positions": 1024, "vocab_size": 50257,
-        "activation_function": "gelu_new", "resid_pdrop": 0.1, "attn_pdrop": 0.1}
-NEOX = {"model_type": "gpt_neox", "hidden_size": 6144, "intermediate_size": 24576, "num_attention_heads": 64,
-        "num_hidden_layers": 44, "vocab_size": 50432, "max_position_embeddings": 2048, "rotary_pct": 0.25,
-        "hidden_act": "gelu_fast", "tie_word_embeddings": False, "use_parallel_residual": True}
-QWEN2 = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
-         "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 32768,
-         "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": False}
+GPT2 = {
+    "model_type": "gpt2",
+    "n_embd": 1600,
+    "n_head": 25,
+    "n_layer": 48,
+    "n_positions": 1024,
+    "vocab_size": 50257,
+    "activation_function": "gelu_new",
+    "resid_pdrop": 0.1,
+    "attn_pdrop": 0.1,
+}
+NEOX = {
+    "model_type": "gpt_neox",
+    "hidden_size": 6144,
+    "intermediate_size": 24576,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 44,
+    "vocab_size": 50432,
+    "max_position_embeddings": 2048,
+    "rotary_pct": 0.25,
+    "hidden_act": "gelu_fast",
+    "tie_word_embeddings": False,
+    "use_parallel_residual": True,
+}
+QWEN2 = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1e6,
+    "tie_word_embeddings": False,
+}
 
 
 def _write(tmp_path, cfg, name="config.json"):

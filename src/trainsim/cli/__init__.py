@@ -24,6 +24,13 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+
+
+@app.callback()
+def _group() -> None:
+    """Predict and explain the performance of distributed LLM training."""
+
+
 # Command modules, imported for their registration side effect. One line per command.
 _COMMAND_MODULES: tuple[str, ...] = (
     "trainsim.cli.predict_cmd",

@@ -1,0 +1,1 @@
+"""Readers and writers: traces, Chrome/Perfetto timelines, and other file formats."""
