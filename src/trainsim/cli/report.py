@@ -27,6 +27,9 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
     t.add_row("model TFLOP/s per GPU", f"{p.model_tflops_per_gpu:.1f}")
     t.add_row(f"MFU / HFU ({p.flops_convention} FLOPs)", f"{p.mfu:.1%} / {p.hfu:.1%}")
     t.add_row("pipeline bubble (uniform stages)", f"{p.bubble_fraction:.1%}")
+    if p.measured_compute_fraction or p.measured_comm_fraction:
+        t.add_row("from measured tables (compute / comm)",
+                  f"{p.measured_compute_fraction:.0%} / {p.measured_comm_fraction:.0%}")
     if p.training is not None:
         tr = p.training
         t.add_row("training tokens", f"{tr.tokens:.3g}")

@@ -45,6 +45,10 @@ class CostModel(Protocol):
         """Whether the cost of ``op`` comes from a measurement (for the measured fractions)."""
         ...
 
+    def optimizer_step(self, params: float) -> float:
+        """Seconds for the optimizer step (with gradient clipping) over ``params`` local parameters."""
+        ...
+
 
 @dataclass
 class AnalyticCostModel:
@@ -65,6 +69,10 @@ class AnalyticCostModel:
     def is_measured(self, op: ComputeOp | CommOp) -> bool:
         """Nothing is measured in the analytic model."""
         return False
+
+    def optimizer_step(self, params: float) -> float:
+        """Adam with fp32 master weights is memory-bound: :data:`OPTIMIZER_BYTES_PER_PARAM` at achieved HBM speed."""
+        return params * OPTIMIZER_BYTES_PER_PARAM / (self.system.gpu.hbm_bandwidth * self.calibration.memory_efficiency)
 
 
 @dataclass
@@ -245,7 +253,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
                                                v_h * grad_bytes_pp), places["embedding"])
         local = params / shards if tr.zero_stage >= 1 else params
-        opt = local * OPTIMIZER_BYTES_PER_PARAM / (job.system.gpu.hbm_bandwidth * model.calibration.memory_efficiency)
+        opt = model.optimizer_step(local)
         zero3 = 0.0
         if tr.zero_stage >= 3 and shards > 1:
             per_layer = params / max(layers, 1) * e

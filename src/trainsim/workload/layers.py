@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from trainsim.workload.ops import DTYPE_BYTES, CommOp, ComputeOp, attention, elementwise, gemm, gemm_with_grads
+from trainsim.workload.ops import DTYPE_BYTES, CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -55,6 +55,16 @@ class Shard:
         """Bytes per activation element."""
         return 4.0 if self.precision == "fp32" else 2.0
 
+    @property
+    def act_dtype(self) -> str:
+        """Data type of activations (FP8 jobs keep 16-bit activations)."""
+        return {"fp32": "fp32", "fp16": "fp16"}.get(self.precision, "bf16")
+
+    @property
+    def attention_dtype(self) -> str:
+        """Data type of the attention kernels (TF32 tensor cores for fp32 jobs, 16-bit otherwise)."""
+        return {"fp32": "tf32", "fp16": "fp16"}.get(self.precision, "bf16")
+
 
 @dataclass(frozen=True, slots=True)
 class Work:
@@ -85,24 +95,29 @@ def shard_of(job: Job) -> Shard:
     )
 
 
+def _ew(shard: Shard, name: str, phase: Phase, nbytes: float, flops: float = 0.0) -> ComputeOp:
+    """A memory-bound op on this shard's activations."""
+    return elementwise(name, phase, nbytes, flops, shard.act_dtype)
+
+
 def _casts(shard: Shard, elements: float) -> list[ComputeOp]:
     """FP8 quantization of a GEMM input (read 16-bit, write FP8 and its transpose)."""
     if shard.precision != "fp8":
         return []
-    return [elementwise("fp8_cast", "fwd", elements * 4.0)]
+    return [_ew(shard, "fp8_cast", "fwd", elements * 4.0)]
 
 
 def _norm(name: str, shard: Shard, h: int) -> tuple[ComputeOp, ComputeOp]:
     n = shard.elementwise_tokens * h
     e = shard.act_bytes
-    return elementwise(name, "fwd", 2 * e * n, 5.0 * n), elementwise(f"{name}_grad", "bwd", 3 * e * n, 8.0 * n)
+    return _ew(shard, name, "fwd", 2 * e * n, 5.0 * n), _ew(shard, f"{name}_grad", "bwd", 3 * e * n, 8.0 * n)
 
 
 def _dropout_add(name: str, shard: Shard, h: int) -> tuple[ComputeOp, ComputeOp]:
     """Fused bias + dropout + residual add: read two tensors, write one, keep a 1-byte mask."""
     n = shard.elementwise_tokens * h
     e = shard.act_bytes
-    return elementwise(name, "fwd", (3 * e + 1) * n), elementwise(f"{name}_grad", "bwd", (3 * e + 1) * n)
+    return _ew(shard, name, "fwd", (3 * e + 1) * n), _ew(shard, f"{name}_grad", "bwd", (3 * e + 1) * n)
 
 
 def _tp_comm(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) -> tuple[CommOp, ...]:
@@ -163,26 +178,27 @@ def _attention_block(model: Model, shard: Shard) -> Work:
     bwd += [q_d, q_w]
     if model.position_embedding_type == "rope":
         n = t * (heads + groups) * d
-        fwd.append(elementwise("rope", "fwd", 2 * e * n, 3.0 * n))
-        bwd.append(elementwise("rope_grad", "bwd", 2 * e * n, 3.0 * n))
+        fwd.append(_ew(shard, "rope", "fwd", 2 * e * n, 3.0 * n))
+        bwd.append(_ew(shard, "rope_grad", "bwd", 2 * e * n, 3.0 * n))
     if shard.attention == "flash":
         seq_q = s // cp
-        core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, s, d, model.causal))
-        core_bwd.append(attention("flash_attn_grad", "bwd", b, heads, seq_q, s, d, model.causal))
+        adt = shard.attention_dtype
+        core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, s, d, model.causal, adt))
+        core_bwd.append(attention("flash_attn_grad", "bwd", b, heads, seq_q, s, d, model.causal, adt))
     else:
         # Megatron's unfused core attention: QKᵀ and AV as batched GEMMs over all s² scores (the causal mask does
         # not save work), fused scale-mask-softmax and attention dropout as memory-bound kernels.
         scores = b * heads * s * s
-        core_fwd.append(gemm("attn_qk", "fwd", s, s, d, "fp16" if dt == "fp8" else dt, batch=b * heads))
-        core_fwd.append(elementwise("softmax", "fwd", 2 * e * scores, 5.0 * scores))
-        core_fwd.append(elementwise("attn_dropout", "fwd", (2 * e + 1) * scores))
-        core_fwd.append(gemm("attn_av", "fwd", s, d, s, "fp16" if dt == "fp8" else dt, batch=b * heads))
-        gdt = "fp16" if dt == "fp8" else dt
+        core_fwd.append(gemm("attn_qk", "fwd", s, s, d, "bf16" if dt == "fp8" else dt, batch=b * heads))
+        core_fwd.append(_ew(shard, "softmax", "fwd", 2 * e * scores, 5.0 * scores))
+        core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
+        core_fwd.append(gemm("attn_av", "fwd", s, d, s, "bf16" if dt == "fp8" else dt, batch=b * heads))
+        gdt = "bf16" if dt == "fp8" else dt
         core_bwd += [
             gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads),
             gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads),
-            elementwise("attn_dropout_grad", "bwd", (2 * e + 1) * scores),
-            elementwise("softmax_grad", "bwd", 3 * e * scores, 4.0 * scores),
+            _ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores),
+            _ew(shard, "softmax_grad", "bwd", 3 * e * scores, 4.0 * scores),
             gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads),
             gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads),
         ]
@@ -222,11 +238,11 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     bwd += [d1, w1]
     n = batch * t * ffn
     if swiglu:
-        fwd.append(elementwise(f"{name}_swiglu", "fwd", 3 * e * n, 6.0 * n))
-        bwd.append(elementwise(f"{name}_swiglu_grad", "bwd", 5 * e * n, 10.0 * n))
+        fwd.append(_ew(shard, f"{name}_swiglu", "fwd", 3 * e * n, 6.0 * n))
+        bwd.append(_ew(shard, f"{name}_swiglu_grad", "bwd", 5 * e * n, 10.0 * n))
     else:
-        fwd.append(elementwise(f"{name}_bias_gelu", "fwd", 2 * e * n, 10.0 * n))
-        bwd.append(elementwise(f"{name}_bias_gelu_grad", "bwd", 3 * e * n, 16.0 * n))
+        fwd.append(_ew(shard, f"{name}_bias_gelu", "fwd", 2 * e * n, 10.0 * n))
+        bwd.append(_ew(shard, f"{name}_bias_gelu_grad", "bwd", 3 * e * n, 16.0 * n))
     fwd += _casts(shard, n)
     f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
     fwd.append(f2)
@@ -261,14 +277,14 @@ def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
         fwd.append(r_f)
         bwd += [r_d, r_w]
         perm = routed * h * e
-        fwd.append(elementwise("moe_permute", "fwd", 4 * perm))
-        bwd.append(elementwise("moe_permute_grad", "bwd", 4 * perm))
+        fwd.append(_ew(shard, "moe_permute", "fwd", 4 * perm))
+        bwd.append(_ew(shard, "moe_permute_grad", "bwd", 4 * perm))
         f, b_ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // tp, model.swiglu, dt, shard,
                            batch=local_experts)
         fwd += f
         bwd += b_
-        fwd.append(elementwise("moe_unpermute", "fwd", 4 * perm))
-        bwd.append(elementwise("moe_unpermute_grad", "bwd", 4 * perm))
+        fwd.append(_ew(shard, "moe_unpermute", "fwd", 4 * perm))
+        bwd.append(_ew(shard, "moe_unpermute_grad", "bwd", 4 * perm))
         shared = model.moe_shared_expert_intermediate_size or 0
         if shared:
             f, b_ = _mlp_gemms("shared_expert", t, h, shared // tp, model.swiglu, dt, shard)
@@ -313,12 +329,12 @@ def embedding_work(model: Model, shard: Shard) -> Work:
     e = shard.act_bytes
     if model.input_embedding == "patch":
         f, _d, w = gemm_with_grads("patch_embed", t, h, model.vocab_size, shard.gemm_dtype)
-        fwd: tuple[ComputeOp, ...] = (f, elementwise("embed_dropout", "fwd", (2 * e + 1) * t * h))
-        return Work(fwd, (w, elementwise("embed_dropout_grad", "bwd", (2 * e + 1) * t * h)))
+        fwd: tuple[ComputeOp, ...] = (f, _ew(shard, "embed_dropout", "fwd", (2 * e + 1) * t * h))
+        return Work(fwd, (w, _ew(shard, "embed_dropout_grad", "bwd", (2 * e + 1) * t * h)))
     n = t * h
-    fwd = (elementwise("embedding_lookup", "fwd", 3 * e * n),
-           elementwise("embed_dropout", "fwd", (2 * e + 1) * shard.elementwise_tokens * h))
-    bwd = (elementwise("embedding_grad", "bwd", (2 * e + 4) * n),)
+    fwd = (_ew(shard, "embedding_lookup", "fwd", 3 * e * n),
+           _ew(shard, "embed_dropout", "fwd", (2 * e + 1) * shard.elementwise_tokens * h))
+    bwd = (_ew(shard, "embedding_grad", "bwd", (2 * e + 4) * n),)
     comm_fwd: tuple[CommOp, ...] = ()
     comm_bwd: tuple[CommOp, ...] = ()
     if tp > 1:  # vocabulary-parallel embedding: partial sums are reduced (scattered with sequence parallelism)
@@ -340,8 +356,8 @@ def head_work(model: Model, shard: Shard) -> Work:
     f, d, w = gemm_with_grads("lm_head", t, v, h, "bf16" if shard.gemm_dtype == "fp8" else shard.gemm_dtype)
     logits = t * v
     # cross-entropy: cast logits to fp32, max, sum-exp, gather target (≈ 4 fp32 passes); backward writes grads
-    ce_f = elementwise("cross_entropy", "fwd", (e + 4 * DTYPE_BYTES["fp32"]) * logits, 4.0 * logits)
-    ce_b = elementwise("cross_entropy_grad", "bwd", (2 * DTYPE_BYTES["fp32"] + e) * logits, 3.0 * logits)
+    ce_f = _ew(shard, "cross_entropy", "fwd", (e + 4 * DTYPE_BYTES["fp32"]) * logits, 4.0 * logits)
+    ce_b = _ew(shard, "cross_entropy_grad", "bwd", (2 * DTYPE_BYTES["fp32"] + e) * logits, 3.0 * logits)
     comm_fwd = _tp_comm(shard, h, "head_in", True, "lm_head")
     comm_bwd = _tp_comm_bwd(shard, h, "head_in", True, "lm_head")
     return Work((ln_f, f, ce_f), (ce_b, d, w, ln_b), (), comm_fwd, comm_bwd)

@@ -81,9 +81,9 @@ def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, batch: int = 
     )
 
 
-def elementwise(name: str, phase: Phase, nbytes: float, flops: float = 0.0) -> ComputeOp:
-    """A memory-bound kernel moving ``nbytes`` through HBM."""
-    return ComputeOp(name, "elementwise", phase, flops, nbytes, "bf16")
+def elementwise(name: str, phase: Phase, nbytes: float, flops: float = 0.0, dtype: str = "bf16") -> ComputeOp:
+    """A memory-bound kernel moving ``nbytes`` through HBM, on tensors of ``dtype``."""
+    return ComputeOp(name, "elementwise", phase, flops, nbytes, dtype)
 
 
 def attention(name: str, phase: Phase, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int,

@@ -1,0 +1,395 @@
+"""Builders: a runnable PyTorch operator for each :class:`~trainsim.workload.ops.ComputeOp`, with its exact shape.
+
+- **GEMMs** in the op's data type with the operand layouts of ``nn.Linear`` and its autograd: forward
+  ``Y = X·Wᵀ`` (``F.linear``; QKV with its bias), data gradient ``dX = dY·W``, weight gradient ``dW = dYᵀ·X``;
+  batched GEMMs (unfused attention, MoE experts) with ``torch.bmm``. TF32 GEMMs run fp32 tensors with TF32 tensor
+  cores allowed (on a GPU; a CPU runs them in fp32). FP8 GEMMs use ``torch._scaled_mm`` (E4M3 operands, bf16
+  output; dimensions padded to multiples of 16) and need a GPU of compute capability 8.9 or later.
+- **Attention** with ``F.scaled_dot_product_attention`` on ``[batch, heads, seq, head_dim]`` (FlashAttention on a GPU
+  where PyTorch can; ``attention_backend`` forces one), with the model's attention dropout, causal where the op is.
+  K and V get as many heads as Q (grouped-query attention does the same arithmetic). With a shard, tensors are in
+  its activation type (the workload keys every attention op as bf16). A causal op with ``seq_q < seq_kv`` (context
+  parallelism: local queries, all keys, load-balanced) runs as non-causal attention over ``seq_kv / 2`` keys, which
+  has its FLOPs. Backward: ``torch.autograd.grad`` through the saved forward.
+- **Elementwise kernels** by name (norms, RoPE, bias-dropout-add, bias-GeLU, SwiGLU, softmax and dropout of unfused
+  attention, embedding lookup, cross-entropy, MoE permutations, FP8 casts) from :mod:`trainsim.profile.kernels`,
+  with shapes from the model and the shard exactly as :mod:`trainsim.workload.layers` sizes them; backward through
+  autograd. An unknown name is timed as a copy moving the op's bytes (``builder == "generic_copy"``).
+- The **optimizer step**: gradient clipping and AdamW (fused where PyTorch has it) over the parameters of one layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trainsim.cost.tables import gemm_layout
+from trainsim.errors import TrainsimError
+from trainsim.profile import kernels as K
+from trainsim.spec.model import Model
+from trainsim.workload.layers import Shard
+from trainsim.workload.ops import ComputeOp
+
+BIASED_GEMMS = ("qkv", "patch_embed")  # GEMMs whose bias Megatron adds inside the GEMM (no separate op)
+ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+_SDP_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+# Bytes per processed element of each elementwise kernel as trainsim.workload.layers counts them (e: bytes per
+# activation element); ``elements × this == op.bytes`` checks that a builder has the workload's shape.
+BYTES_PER_ELEMENT: dict[tuple[str, str], Callable[[float], float]] = {
+    ("norm", "fwd"): lambda e: 2 * e, ("norm", "bwd"): lambda e: 3 * e,
+    ("bias_dropout_add", "fwd"): lambda e: 3 * e + 1, ("bias_dropout_add", "bwd"): lambda e: 3 * e + 1,
+    ("rope", "fwd"): lambda e: 2 * e, ("rope", "bwd"): lambda e: 2 * e,
+    ("swiglu", "fwd"): lambda e: 3 * e, ("swiglu", "bwd"): lambda e: 5 * e,
+    ("bias_gelu", "fwd"): lambda e: 2 * e, ("bias_gelu", "bwd"): lambda e: 3 * e,
+    ("softmax", "fwd"): lambda e: 2 * e, ("softmax", "bwd"): lambda e: 3 * e,
+    ("dropout", "fwd"): lambda e: 2 * e + 1, ("dropout", "bwd"): lambda e: 2 * e + 1,
+    ("embedding", "fwd"): lambda e: 3 * e, ("embedding", "bwd"): lambda e: 2 * e + 4,
+    ("cross_entropy", "fwd"): lambda e: e + 16, ("cross_entropy", "bwd"): lambda e: e + 8,
+    ("permute", "fwd"): lambda e: 4 * e, ("permute", "bwd"): lambda e: 4 * e,
+    ("fp8_cast", "fwd"): lambda e: 4.0,
+}
+
+
+@dataclass(frozen=True)
+class OpContext:
+    """What a builder needs besides the op: the device, and the model and shard that sized the op."""
+
+    device: torch.device
+    model: Model | None = None
+    shard: Shard | None = None
+    attention_backend: str = "auto"
+
+    @property
+    def act_dtype(self) -> torch.dtype:
+        """Activation tensor type of the shard's precision (bf16 for FP8 training)."""
+        precision = self.shard.precision if self.shard is not None else "bf16"
+        return {"fp32": torch.float32, "fp16": torch.float16}.get(precision, torch.bfloat16)
+
+
+@dataclass
+class Built:
+    """A runnable operator: ``fn()`` executes it once."""
+
+    fn: Callable[[], object]
+    builder: str
+    backend: str = ""
+    kind: str = ""  # elementwise family (a key of BYTES_PER_ELEMENT), for checks
+    elements: int = 0
+    matmul_precision: str | None = None  # torch.set_float32_matmul_precision while timing (TF32 vs FP32)
+
+
+def build(op: ComputeOp, ctx: OpContext) -> Built:
+    """A runnable PyTorch version of ``op``."""
+    if op.kind == "gemm":
+        return _gemm(op, ctx)
+    if op.kind == "attention":
+        return _attention(op, ctx)
+    return _elementwise(op, ctx)
+
+
+def _randn(shape: tuple[int, ...], ctx: OpContext, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(shape, device=ctx.device, dtype=dtype)
+
+
+# ---- GEMMs --------------------------------------------------------------------------------------------------------
+def _gemm(op: ComputeOp, ctx: OpContext) -> Built:
+    if op.dtype == "fp8":
+        return _gemm_fp8(op, ctx)
+    layout = gemm_layout(op.name)
+    dt = K.torch_dtype(op.dtype)
+    b, m, n, k = op.batch, op.m, op.n, op.k
+    # TF32 is a GPU notion: on a CPU fp32 GEMMs stay fp32 (as in CPU training)
+    precision = ("high" if op.dtype == "tf32" else "highest") if op.dtype in ("tf32", "fp32") else None
+    if ctx.device.type != "cuda":
+        precision = None
+
+    def t(*shape: int) -> torch.Tensor:
+        return _randn(shape, ctx, dt)
+
+    call: Callable[[], object]
+    if b == 1:
+        if layout == "fwd":
+            x, w = t(m, k), t(n, k)
+            model = ctx.model
+            bias = t(n) if model is not None and model.add_bias_linear and op.name in BIASED_GEMMS else None
+            call = lambda: F.linear(x, w, bias)  # noqa: E731  Y = X·Wᵀ
+            name = "linear"
+        elif layout == "dgrad":
+            dy, w = t(m, k), t(k, n)
+            call = lambda: torch.matmul(dy, w)  # noqa: E731  dX = dY·W
+            name = "matmul_nn"
+        else:
+            x, dy = t(k, m), t(k, n)
+            call = lambda: torch.matmul(dy.t(), x)  # noqa: E731  dW = dYᵀ·X
+            name = "matmul_tn"
+    else:
+        if layout == "wgrad":
+            x, dy = t(b, k, m), t(b, k, n)
+            call = lambda: torch.bmm(dy.transpose(1, 2), x)  # noqa: E731
+            name = "bmm_tn"
+        else:
+            a, w = t(b, m, k), t(b, k, n)
+            call = lambda: torch.bmm(a, w)  # noqa: E731
+            name = "bmm"
+    return Built(call, name, matmul_precision=precision)
+
+
+def _gemm_fp8(op: ComputeOp, ctx: OpContext) -> Built:
+    dev = ctx.device
+    if dev.type != "cuda" or not hasattr(torch, "_scaled_mm") or torch.cuda.get_device_capability(dev) < (8, 9):
+        raise TrainsimError("training.precision", "FP8 GEMMs need a GPU with FP8 tensor cores (compute capability "
+                            "8.9+, e.g. H100) and torch._scaled_mm",
+                            "profile with --bf16, or on an FP8-capable GPU")
+    pad = lambda v: -(-v // 16) * 16  # noqa: E731
+    m, n, k = pad(op.m), pad(op.n), pad(op.k)
+    e4m3 = torch.float8_e4m3fn
+    a = [torch.randn(m, k, device=dev).to(e4m3) for _ in range(op.batch)]
+    b = [torch.randn(n, k, device=dev).to(e4m3).t() for _ in range(op.batch)]  # column-major, as cuBLASLt wants
+    one = torch.ones((), device=dev, dtype=torch.float32)
+
+    def call() -> None:
+        for ai, bi in zip(a, b, strict=True):
+            torch._scaled_mm(ai, bi, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    return Built(call, "scaled_mm_e4m3")
+
+
+# ---- attention ----------------------------------------------------------------------------------------------------
+def _sdpa_context(backend: str) -> contextlib.AbstractContextManager[Any]:
+    if backend == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    choice = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+              "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend]
+    return sdpa_kernel([choice])
+
+
+def _chosen_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, causal: bool) -> str:
+    try:
+        idx = torch._fused_sdp_choice(q, k, v, None, p, causal)  # PyTorch's own choice for these inputs
+    except (AttributeError, RuntimeError, TypeError):
+        return "auto"
+    return _SDP_NAMES.get(int(idx), "auto")
+
+
+def _attention(op: ComputeOp, ctx: OpContext) -> Built:
+    assert op.attn is not None
+    b, h, sq, skv, d, causal = op.attn
+    backend = ctx.attention_backend
+    if backend not in ATTENTION_BACKENDS:
+        raise TrainsimError("attention_backend", f"unknown backend {backend!r}", f"use {', '.join(ATTENTION_BACKENDS)}")
+    # the workload keys attention as bf16 whatever the precision: run it in the shard's activation type
+    dt = ctx.act_dtype if ctx.shard is not None else K.torch_dtype("bf16" if op.dtype == "fp8" else op.dtype)
+    if causal and sq != skv:  # context-parallel share of a causal attention: half of the keys, unmasked
+        kv, is_causal = max(1, skv // 2), False
+    else:
+        kv, is_causal = skv, bool(causal)
+    p = float(ctx.model.attention_dropout) if ctx.model is not None else 0.0
+    q = _randn((b, h, sq, d), ctx, dt)
+    k = _randn((b, h, kv, d), ctx, dt)
+    v = _randn((b, h, kv, d), ctx, dt)
+    used = backend if backend != "auto" else _chosen_backend(q, k, v, p, is_causal)
+    try:
+        if op.phase == "fwd":
+            def call() -> object:
+                with _sdpa_context(backend):
+                    return K.attention(q, k, v, is_causal, p)
+            call()
+        else:
+            for x in (q, k, v):
+                x.requires_grad_(True)
+            with _sdpa_context(backend):
+                out = K.attention(q, k, v, is_causal, p)
+            grad = torch.randn_like(out)
+            call = lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)  # noqa: E731
+    except RuntimeError as exc:
+        if backend == "auto":
+            raise
+        raise TrainsimError("attention_backend", f"the {backend} backend cannot run {op.name} "
+                            f"({b}x{h}x{sq}x{kv}x{d} {op.dtype}): {str(exc).splitlines()[0]}",
+                            "use --attention-backend auto") from None
+    return Built(call, "sdpa", used)
+
+
+# ---- elementwise --------------------------------------------------------------------------------------------------
+@dataclass
+class _Fwd:
+    """A forward function, its inputs, which of them are differentiable, and the elements it processes."""
+
+    f: Callable[..., Any]
+    inputs: list[torch.Tensor]
+    diff: list[int]
+    elements: int
+    kind: str
+
+
+def _ffn(prefix: str, model: Model, shard: Shard) -> tuple[int, int]:
+    """(rows, local FFN width) of the MLP named ``prefix`` (mlp, expert, shared_expert)."""
+    t, tp = shard.tokens, shard.tp
+    if prefix == "expert":
+        local = max(1, (model.num_experts or 1) // shard.ep)
+        per_expert = max(1, -(-(t * model.moe_router_topk) // local))
+        return local * per_expert, model.expert_ffn_size // tp
+    if prefix == "shared_expert":
+        return t, (model.moe_shared_expert_intermediate_size or 0) // tp
+    return t, model.ffn_size // tp
+
+
+def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
+    model, shard = ctx.model, ctx.shard
+    if model is None or shard is None:
+        return None
+    act = ctx.act_dtype
+    h, tp = model.hidden_size, shard.tp
+    t, te = shard.tokens, shard.elementwise_tokens
+    bias_on = model.add_bias_linear
+
+    def r(*shape: int, dtype: torch.dtype = act) -> torch.Tensor:
+        return _randn(shape, ctx, dtype)
+
+    if base in ("input_norm", "mlp_norm", "final_norm"):
+        ln = model.normalization == "LayerNorm"
+        inputs = [r(te, h), torch.ones(h, device=ctx.device, dtype=act)]
+        if ln:
+            inputs.append(torch.zeros(h, device=ctx.device, dtype=act))
+            return _Fwd(lambda x, w, b_: K.norm(x, w, b_, "LayerNorm"), inputs, [0, 1, 2], te * h, "norm")
+        return _Fwd(lambda x, w: K.norm(x, w, None, "RMSNorm"), inputs, [0, 1], te * h, "norm")
+    if base in ("attn_bias_dropout_add", "mlp_bias_dropout_add"):
+        p = float(model.hidden_dropout)
+        if bias_on:
+            return _Fwd(lambda x, res, b_: K.bias_dropout_add(x, b_, res, p), [r(te, h), r(te, h), r(h)], [0, 1, 2],
+                        te * h, "bias_dropout_add")
+        return _Fwd(lambda x, res: K.bias_dropout_add(x, None, res, p), [r(te, h), r(te, h)], [0, 1], te * h,
+                    "bias_dropout_add")
+    if base == "rope":
+        heads, groups, d = model.num_attention_heads // tp, model.query_groups // tp, model.head_dim
+        seq = max(1, t // shard.micro_batch)
+        cos, sin = K.rope_tables(seq, d, ctx.device, act)
+        mb = shard.micro_batch
+        q, k = r(mb, seq, heads, d), r(mb, seq, groups, d)
+        return _Fwd(lambda q_, k_: (K.apply_rope(q_, cos, sin), K.apply_rope(k_, cos, sin)), [q, k], [0, 1],
+                    mb * seq * (heads + groups) * d, "rope")
+    for prefix in ("shared_expert", "expert", "mlp"):
+        if base == f"{prefix}_swiglu":
+            rows, ffn = _ffn(prefix, model, shard)
+            if bias_on:
+                return _Fwd(lambda x, b_: K.swiglu(x, b_), [r(rows, 2 * ffn), r(2 * ffn)], [0, 1], rows * ffn,
+                            "swiglu")
+            return _Fwd(lambda x: K.swiglu(x), [r(rows, 2 * ffn)], [0], rows * ffn, "swiglu")
+        if base == f"{prefix}_bias_gelu":
+            rows, ffn = _ffn(prefix, model, shard)
+            if bias_on:
+                return _Fwd(lambda x, b_: K.bias_gelu(x, b_), [r(rows, ffn), r(ffn)], [0, 1], rows * ffn, "bias_gelu")
+            return _Fwd(lambda x: K.bias_gelu(x, None), [r(rows, ffn)], [0], rows * ffn, "bias_gelu")
+    if base in ("softmax", "attn_dropout"):
+        heads, s = model.num_attention_heads // tp, shard.seq
+        n = shard.micro_batch * heads * s * s
+        scores = r(shard.micro_batch * heads, s, s)
+        if base == "attn_dropout":
+            p = float(model.attention_dropout)
+            return _Fwd(lambda x: F.dropout(x, p, True), [scores], [0], n, "dropout")
+        mask = torch.ones(s, s, device=ctx.device, dtype=torch.bool).triu(1) if model.causal else None
+        scale = 1.0 / math.sqrt(model.head_dim)
+        return _Fwd(lambda x: K.scale_mask_softmax(x, scale, mask), [scores], [0], n, "softmax")
+    if base == "embed_dropout":
+        p = float(model.hidden_dropout)
+        return _Fwd(lambda x: F.dropout(x, p, True), [r(te, h)], [0], te * h, "dropout")
+    if base == "embedding_lookup":
+        v = model.padded_vocab_size(tp) // tp
+        seq = max(1, t // shard.micro_batch)
+        ids = torch.randint(0, v, (shard.micro_batch, seq), device=ctx.device)
+        inputs = [r(v, h)]
+        if model.position_embedding_type == "learned_absolute":
+            inputs.append(r(seq, h))
+            return _Fwd(lambda w, pos: K.embed(ids, w, pos), inputs, [0, 1], shard.micro_batch * seq * h,
+                        "embedding")
+        return _Fwd(lambda w: K.embed(ids, w, None), inputs, [0], shard.micro_batch * seq * h, "embedding")
+    if base == "cross_entropy":
+        v = model.padded_vocab_size(tp) // tp
+        target = torch.randint(0, v, (t,), device=ctx.device)
+        return _Fwd(lambda x: K.cross_entropy(x, target), [r(t, v)], [0], t * v, "cross_entropy")
+    if base in ("moe_permute", "moe_unpermute"):
+        routed = t * model.moe_router_topk
+        index = torch.randperm(routed, device=ctx.device) % t
+        if base == "moe_permute":
+            return _Fwd(lambda x: K.permute(x, index), [r(t, h)], [0], routed * h, "permute")
+        probs = torch.rand(routed, device=ctx.device, dtype=act)
+        return _Fwd(lambda y: K.unpermute(y, index, probs, t), [r(routed, h)], [0], routed * h, "permute")
+    if base == "fp8_cast" and hasattr(torch, "float8_e4m3fn"):
+        n = int(op.bytes) // 4
+        cols = next(c for c in (128, 64, 32, 16, 8, 4, 2, 1) if n % c == 0)
+        e4m3 = torch.float8_e4m3fn
+        return _Fwd(lambda x: (x.to(e4m3), x.view(-1, cols).t().contiguous().to(e4m3)), [r(n)], [], n, "fp8_cast")
+    return None
+
+
+def _elementwise(op: ComputeOp, ctx: OpContext) -> Built:
+    base = op.name[: -len("_grad")] if op.phase == "bwd" and op.name.endswith("_grad") else op.name
+    if base == "embedding":  # the backward of the lookup is named embedding_grad
+        base = "embedding_lookup"
+    spec = _forward_spec(base, op, ctx)
+    if spec is None or (op.phase == "bwd" and not spec.diff):
+        return _generic_copy(op, ctx)
+    if op.phase == "fwd":
+        f, inputs = spec.f, spec.inputs
+        return Built(lambda: f(*inputs), spec.kind, kind=spec.kind, elements=spec.elements)
+    for i in spec.diff:
+        spec.inputs[i].requires_grad_(True)
+    out = spec.f(*spec.inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    grads = tuple(torch.ones_like(o) if o.dim() == 0 else torch.randn_like(o) for o in outs)
+    diff = [spec.inputs[i] for i in spec.diff]
+    return Built(lambda: torch.autograd.grad(outs, diff, grads, retain_graph=True), f"{spec.kind}_backward",
+                 kind=spec.kind, elements=spec.elements)
+
+
+def _generic_copy(op: ComputeOp, ctx: OpContext) -> Built:
+    half = max(1, int(op.bytes) // 2)
+    src = torch.empty(half, device=ctx.device, dtype=torch.uint8).random_(0, 255)
+    dst = torch.empty_like(src)
+    return Built(lambda: dst.copy_(src), "generic_copy")
+
+
+# ---- optimizer ----------------------------------------------------------------------------------------------------
+def layer_parameter_shapes(model: Model, shard: Shard) -> list[tuple[int, ...]]:
+    """Shapes of the parameters of one dense layer on one tensor-parallel rank."""
+    h, d, tp = model.hidden_size, model.head_dim, shard.tp
+    heads, groups = model.num_attention_heads // tp, model.query_groups // tp
+    ffn = model.ffn_size // tp
+    up = 2 * ffn if model.swiglu else ffn
+    shapes: list[tuple[int, ...]] = [((heads + 2 * groups) * d, h), (h, heads * d), (up, h), (h, ffn)]
+    shapes += [(h,)] * (4 if model.normalization == "LayerNorm" else 2)
+    if model.add_bias_linear:
+        shapes += [((heads + 2 * groups) * d,), (h,), (up,), (h,)]
+    return shapes
+
+
+def build_optimizer_step(ctx: OpContext, dtype: str, shapes: list[tuple[int, ...]]) -> tuple[Built, int]:
+    """Gradient clipping plus one AdamW step over parameters of ``shapes`` in ``dtype``; returns the parameter count.
+
+    Fused AdamW where PyTorch supports it for the device (else the multi-tensor ``foreach`` one).
+    """
+    dt = K.torch_dtype(dtype)
+    params = [torch.nn.Parameter(torch.randn(s, device=ctx.device, dtype=dt) * 0.02) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    try:
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+        name = "adamw_fused"
+    except (RuntimeError, ValueError):
+        opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+        name = "adamw_foreach"
+
+    def step() -> None:
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+
+    return Built(step, f"clip_grad_norm+{name}"), sum(p.numel() for p in params)

@@ -1,0 +1,108 @@
+"""PyTorch implementations of the operators of a transformer layer.
+
+The profiler's builders time these functions, and ``benchmarks/validate_single_gpu.py`` builds its GPT from them, so a
+validated model runs the very kernels that were profiled. They follow Megatron-LM's structure: the bias of the
+row-parallel projections is added in the fused bias-dropout-add, the bias of FC1 in the bias-GeLU / SwiGLU, norms are
+LayerNorm or RMSNorm, RoPE is the rotate-half form, and the loss is cross-entropy on fp32 logits. Eager PyTorch runs
+each line as its own kernel where Megatron fuses them; that difference is what a measured table captures.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+}
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The tensor type of a trainsim data type (FP8 GEMM operands are cast separately; activations stay bf16)."""
+    return TORCH_DTYPES.get(dtype, torch.bfloat16)
+
+
+def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, kind: str,
+         eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm or RMSNorm over the last dimension."""
+    if kind == "RMSNorm":
+        if hasattr(F, "rms_norm"):  # PyTorch 2.4+
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def bias_dropout_add(x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, p: float,
+                     training: bool = True) -> torch.Tensor:
+    """``residual + dropout(x + bias)`` (Megatron's bias-dropout-add after a row-parallel linear)."""
+    if bias is not None:
+        x = x + bias
+    return residual + F.dropout(x, p, training)
+
+
+def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``gelu(x + bias)`` with the tanh approximation, as Megatron's fused bias-GeLU."""
+    if bias is not None:
+        x = x + bias
+    return F.gelu(x, approximate="tanh")
+
+
+def swiglu(x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``silu(a) * b`` for ``x = [a, b]`` split on the last dimension (bias added first when given)."""
+    if bias is not None:
+        x = x + bias
+    a, b = x.chunk(2, dim=-1)
+    return F.silu(a) * b
+
+
+def rope_tables(positions: int, head_dim: int, device: torch.device, dtype: torch.dtype,
+                base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of shape ``[positions, 1, head_dim]`` for rotate-half RoPE."""
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(positions, device=device, dtype=torch.float32), inv)
+    emb = torch.cat((angles, angles), dim=-1)[:, None, :]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on ``x[..., positions, heads, head_dim]``."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, dropout_p: float = 0.0
+              ) -> torch.Tensor:
+    """Fused attention on ``[batch, heads, seq, head_dim]`` tensors (PyTorch SDPA: FlashAttention where it can)."""
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+
+
+def scale_mask_softmax(scores: torch.Tensor, scale: float, mask: torch.Tensor | None) -> torch.Tensor:
+    """Unfused attention's softmax of scaled scores, masked positions set to ``-inf`` first."""
+    x = scores * scale
+    if mask is not None:
+        x = x.masked_fill(mask, float("-inf"))
+    return torch.softmax(x, dim=-1)
+
+
+def embed(ids: torch.Tensor, word: torch.Tensor, position: torch.Tensor | None) -> torch.Tensor:
+    """Token embedding of ``ids[batch, seq]`` plus learned absolute positions ``position[seq, hidden]``."""
+    x = F.embedding(ids, word)
+    if position is not None:
+        x = x + position
+    return x
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of ``logits[tokens, vocab]`` computed in fp32."""
+    return F.cross_entropy(logits.float(), target)
+
+
+def permute(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """MoE dispatch inside a GPU: token copies gathered in expert order."""
+    return x.index_select(0, index)
+
+
+def unpermute(y: torch.Tensor, index: torch.Tensor, probs: torch.Tensor, tokens: int) -> torch.Tensor:
+    """MoE combine inside a GPU: expert outputs weighted by their router probability and summed per token."""
+    out = torch.zeros(tokens, y.shape[-1], device=y.device, dtype=y.dtype)
+    return out.index_add(0, index, y * probs[:, None])
