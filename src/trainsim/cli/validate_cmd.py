@@ -9,6 +9,10 @@ import typer
 from trainsim.cli import app
 
 
+def _pct(x: float) -> str:
+    return "—" if x != x else f"{x:.1%}"  # NaN when there is nothing to report
+
+
 def _print_summary(report) -> None:  # type: ignore[no-untyped-def]
     from rich.console import Console
     from rich.table import Table
@@ -20,10 +24,10 @@ def _print_summary(report) -> None:  # type: ignore[no-untyped-def]
         t.add_column(col, justify="left" if col == "source" else "right")
     for src in report.sources():
         n = sum(1 for r in report.rows if r.source == src)
-        t.add_row(SOURCE_NAMES.get(src, src), str(n), f"{report.mape(src):.1%}", f"{report.max_error(src):.1%}",
-                  f"{report.mape(src, held_out=True):.1%}")
-    t.add_row("all", str(len(report.rows)), f"{report.mape():.1%}", f"{report.max_error():.1%}",
-              f"{report.mape(held_out=True):.1%}")
+        t.add_row(SOURCE_NAMES.get(src, src), str(n), _pct(report.mape(src)), _pct(report.max_error(src)),
+                  _pct(report.mape(src, held_out=True)))
+    t.add_row("all", str(len(report.rows)), _pct(report.mape()), _pct(report.max_error()),
+              _pct(report.mape(held_out=True)))
     Console().print(t)
 
 
