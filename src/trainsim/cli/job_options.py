@@ -83,7 +83,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
        "layers on the last stage"),
     # training
     _o("micro_batch_size", ("--micro-batch-size", "--mbs"), int, "training", "micro_batch_size",
-       "micro-batch size", 1),
+       "micro-batch size (default 1)"),
     _o("global_batch_size", ("--global-batch-size", "--gbs"), int, "training", "global_batch_size",
        "global batch size (sequences)"),
     _o("seq_length", ("--seq-length",), int, "training", "seq_length", "training sequence length"),

@@ -10,6 +10,7 @@ from any :class:`CostModel` (e.g. measured tables).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 from trainsim.cost.calibration import Calibration, calibration_for
@@ -142,9 +143,9 @@ class StageCost:
     optimizer: float
     zero3_exposed: float = 0.0  # per micro-batch, ZeRO-3 parameter gathers not hidden by compute
 
-    @property
+    @cached_property
     def total(self) -> BlockCost:
-        """Everything of one micro-batch on this stage."""
+        """Everything of one micro-batch on this stage (computed once: the parts are not changed after creation)."""
         return self.pre + self.body + self.post
 
     @property

@@ -199,14 +199,21 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     per_mb = 0.0
     full_layer = 0.0
     recomputed = layers if tr.recompute_num_layers is None else min(layers, tr.recompute_num_layers)
+    q = 1.0 if tr.precision == "fp8" else e
+    sizes: dict[tuple[bool, str], float] = {}  # activation bytes per (MoE layer?, recompute mode): layers repeat
+
+    def size(is_moe: bool, mode: str) -> float:
+        key = (is_moe, mode)
+        if key not in sizes:
+            sizes[key] = layer_activation_bytes(model, b, seq, tp, cp, sp, mode, tr.attention, e, is_moe, q)
+        return sizes[key]
+
     for i, layer in enumerate(range(first_layer, first_layer + layers)):
         is_moe = model.is_moe and layer % model.moe_layer_freq == 0
         mode = recompute if (recompute != "full" or i < recomputed) else "selective"
-        q = 1.0 if tr.precision == "fp8" else e
-        per_mb += layer_activation_bytes(model, b, seq, tp, cp, sp, mode, tr.attention, e, is_moe, q)
+        per_mb += size(is_moe, mode)
         if recompute == "full":
-            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none", tr.attention, e,
-                                                                is_moe, q))
+            full_layer = max(full_layer, size(is_moe, "none"))
     tokens = b * seq / cp
     if stage == 0 and model.hidden_dropout > 0:
         per_mb += tokens * model.hidden_size / (tp if sp else 1)  # embedding dropout mask

@@ -1,0 +1,201 @@
+"""Evaluation of candidates with the analytic tier: memory first, then the closed-form iteration time.
+
+Each worker receives an :class:`EvalContext` once and chunks of :class:`~trainsim.search.space.CandidateSpec`. The
+memory of a configuration does not depend on its rank order, so consecutive candidates that differ only there share
+one memory evaluation; the iteration time of a configuration that does not fit is only estimated when non-fitting
+configurations are ranked too (``include_unfit``). Results are compact tuples (:data:`RESULT_FIELDS`), turned into
+:class:`Candidate` records by the caller.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trainsim.errors import TrainsimWarning
+from trainsim.estimate import BREAKDOWN_KEYS, estimate
+from trainsim.predictor import SECONDS_PER_DAY
+from trainsim.search.space import CandidateSpec, build_job
+from trainsim.workload.flops import iteration_flops
+from trainsim.workload.memory import memory_per_stage
+
+if TYPE_CHECKING:
+    from trainsim.cost.calibration import Calibration
+    from trainsim.spec.job import Job
+    from trainsim.spec.model import Model
+    from trainsim.spec.system import System
+    from trainsim.spec.training import Training
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What every evaluation needs besides the candidate (sent once to each worker)."""
+
+    model: Model
+    system: System
+    training: Training
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    price_per_gpu_hour: float = 0.0
+    train_tokens: float | None = None
+    include_unfit: bool = False
+    calibration: Calibration | None = None
+    validate: bool = False  # candidates come from enumerate_space, which validated each of them
+
+    def job(self, spec: CandidateSpec) -> Job:
+        """The job of a candidate."""
+        return build_job(self.model, self.system, self.training, spec, self.first_stage_layers,
+                         self.last_stage_layers, self.validate)
+
+
+#: Field order of one evaluation result (:func:`evaluate_chunk`).
+RESULT_FIELDS = ("num_nodes", "fits", "peak_memory_bytes", "iteration_time_s", "mfu", "hfu", "breakdown")
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One evaluated point of the design space.
+
+    Times in seconds, memory in bytes, cost in USD. ``iteration_time_s`` (and what derives from it) is ``None`` for
+    a configuration that does not fit when non-fitting ones are not ranked. After refinement with the event engine,
+    ``iteration_time_s`` is the event engine's and ``analytic_iteration_time_s`` keeps the analytic one.
+    """
+
+    index: int
+    num_gpus: int
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    dp: int
+    micro_batch_size: int
+    schedule: str
+    recompute: str
+    zero_stage: int
+    sequence_parallel: bool
+    rank_order: str
+    num_nodes: int
+    fits: bool
+    peak_memory_bytes: float
+    iteration_time_s: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    breakdown: tuple[float, ...] | None = None
+    tokens_per_s: float | None = None
+    training_days: float | None = None
+    gpu_hours: float | None = None
+    cost_usd: float | None = None
+    cost_per_iteration_usd: float | None = None
+    engine: str = "analytic"
+    analytic_iteration_time_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> CandidateSpec:
+        """The configuration alone."""
+        return CandidateSpec(self.num_gpus, self.tp, self.pp, self.vpp, self.cp, self.ep, self.dp,
+                             self.micro_batch_size, self.schedule, self.recompute, self.zero_stage,
+                             self.sequence_parallel, self.rank_order)
+
+    @property
+    def breakdown_s(self) -> dict[str, float] | None:
+        """Exposed time per category (sums to the iteration time)."""
+        if self.breakdown is None:
+            return None
+        return dict(zip(BREAKDOWN_KEYS, self.breakdown, strict=True))
+
+    @property
+    def estimated(self) -> bool:
+        """Whether an iteration time was computed."""
+        return self.iteration_time_s is not None
+
+    def plan(self) -> str:
+        """Short text of the plan: ``tp 8 · pp 35 · dp 12`` plus the non-default parts."""
+        parts = [f"tp {self.tp}", f"pp {self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp {self.vpp}")
+        if self.cp > 1:
+            parts.append(f"cp {self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep {self.ep}")
+        parts.append(f"dp {self.dp}")
+        return " · ".join(parts)
+
+    def set_time(self, iteration_time_s: float, mfu: float, hfu: float, tokens_per_iteration: int,
+                 train_tokens: float | None, price_per_gpu_hour: float) -> None:
+        """Fill the time-derived fields from an iteration time."""
+        t = iteration_time_s
+        self.iteration_time_s = t
+        self.mfu = mfu
+        self.hfu = hfu
+        self.tokens_per_s = tokens_per_iteration / t
+        self.cost_per_iteration_usd = t / 3600.0 * self.num_gpus * price_per_gpu_hour
+        if train_tokens:
+            seconds = train_tokens / tokens_per_iteration * t
+            self.training_days = seconds / SECONDS_PER_DAY
+            self.gpu_hours = seconds / 3600.0 * self.num_gpus
+            self.cost_usd = self.gpu_hours * price_per_gpu_hour
+        else:
+            self.training_days = self.gpu_hours = self.cost_usd = None
+
+
+def peak_flops(job: Job) -> float:
+    """Peak FLOP/s per GPU for the job's precision (as :func:`trainsim.predict` counts MFU)."""
+    dtype = "tf32" if job.training.precision == "fp32" else job.training.precision
+    return job.system.gpu.peak_flops.for_dtype(dtype)
+
+
+def _memory(job: Job) -> tuple[bool, float]:
+    peak = max(s.total_bytes for s in memory_per_stage(job))
+    return peak <= job.system.gpu.hbm_capacity, peak
+
+
+def _evaluate_job(ctx: EvalContext, job: Job, memory: tuple[bool, float]) -> tuple[Any, ...]:
+    from trainsim.cost.job_costs import default_cost_model
+
+    fits, peak = memory
+    if not fits and not ctx.include_unfit:
+        return job.num_nodes, fits, peak, None, None, None, None
+    est = estimate(job, default_cost_model(job, ctx.calibration))
+    t = est.iteration_time_s
+    flops = iteration_flops(job)
+    denom = t * job.world_size * peak_flops(job)
+    breakdown = tuple(est.breakdown_s[k] for k in BREAKDOWN_KEYS)
+    return job.num_nodes, fits, peak, t, flops.model / denom, flops.hardware / denom, breakdown
+
+
+def evaluate_spec(ctx: EvalContext, spec: CandidateSpec) -> tuple[Any, ...]:
+    """Evaluate one candidate: ``(num_nodes, fits, peak_bytes, time | None, mfu, hfu, breakdown)``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainsimWarning)
+        job = ctx.job(spec)
+        return _evaluate_job(ctx, job, _memory(job))
+
+
+def evaluate_chunk(ctx: EvalContext, specs: list[CandidateSpec]) -> list[tuple[Any, ...]]:
+    """Evaluate consecutive candidates, sharing the memory evaluation of those that differ only in rank order."""
+    out = []
+    last_key: tuple[Any, ...] | None = None
+    memory = (False, 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainsimWarning)
+        for spec in specs:
+            job = ctx.job(spec)
+            key = spec[:-1]
+            if key != last_key:
+                memory = _memory(job)
+                last_key = key
+            out.append(_evaluate_job(ctx, job, memory))
+    return out
+
+
+def make_candidate(index: int, spec: CandidateSpec, result: tuple[Any, ...], ctx: EvalContext) -> Candidate:
+    """A :class:`Candidate` from a spec and its evaluation result."""
+    num_nodes, fits, peak, t, mfu, hfu, breakdown = result
+    c = Candidate(index, *spec, num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown)
+    if t is not None:
+        tokens = ctx.training.global_batch_size * (ctx.training.seq_length or ctx.model.seq_length)
+        c.set_time(t, mfu, hfu, tokens, ctx.train_tokens, ctx.price_per_gpu_hour)
+    return c

@@ -1,0 +1,607 @@
+"""The design space of a search: which values each dimension takes, and the enumeration of valid candidates.
+
+Every dimension (:data:`DIMENSIONS`) is either
+
+- **listed**: one value or several (``4,8,16``), ranges ``a:b[:step]`` (arithmetic, inclusive) or ``a..b``
+  (doubling: ``256..2048`` is 256, 512, 1024, 2048);
+- **open** (``all``): every value that is valid for this dimension given the ones enumerated before it, in the
+  order of :data:`DIMENSIONS` (so open values never cause skips on their own: ``tp`` divides the heads and the GPU
+  count, ``pp`` the layers and the GPUs left, ``mbs`` the global batch per replica, ...), except GPipe
+  (:data:`OPEN_SCHEDULES`) and context parallelism below :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank, which must
+  be listed;
+- **not given**: open when ``others="open"`` (the default), else held at its default (the training template's
+  micro-batch size, recompute mode and ZeRO stage; tp = pp = vpp = cp = ep = 1; no sequence parallelism; Megatron's
+  rank order).
+
+Every combination is validated as a :class:`~trainsim.spec.job.Job`; invalid ones are skipped and counted by the
+field their error names. Combinations that cannot differ in any prediction are merged: the schedule without pipeline
+parallelism, sequence parallelism without tensor parallelism, rank orders that place every communication group
+identically (:func:`~trainsim.cost.comm.group_placements`; listed orders merged this way are counted as equivalent, the
+permutations behind an open rank order are not), and selective recomputation where it changes neither the layer work,
+the activation memory nor the FLOPs (counted as equivalent).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import warnings
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, NamedTuple
+
+from pydantic import field_validator, model_validator
+
+from trainsim.errors import TrainsimError, TrainsimWarning
+from trainsim.spec.base import Spec
+from trainsim.spec.job import Job
+from trainsim.spec.model import Model
+from trainsim.spec.parallelism import DEFAULT_RANK_ORDER, Parallelism
+from trainsim.spec.parallelism import DIMENSIONS as RANK_DIMENSIONS
+from trainsim.spec.system import System
+from trainsim.spec.training import Training
+
+OPEN = "all"
+OPEN_WORDS = frozenset({"all", "*", "open"})
+
+#: Search dimensions, in enumeration order (open domains depend on the dimensions before them).
+DIMENSIONS: tuple[str, ...] = (
+    "num_gpus", "tp", "pp", "cp", "dp", "ep", "vpp", "schedule", "micro_batch_size", "recompute", "zero_stage",
+    "sequence_parallel", "rank_order",
+)
+INT_DIMENSIONS = frozenset({"num_gpus", "tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "zero_stage"})
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
+#: Open schedule domain with vpp = 1: GPipe is left out (same bubble as 1F1B, every micro-batch in flight; Megatron-LM
+#: does not implement it) — list it explicitly to include it.
+OPEN_SCHEDULES = ("1f1b", "zb-h1")
+#: Open context parallelism keeps at least this many tokens of each sequence per rank (list larger cp explicitly).
+MIN_TOKENS_PER_CP_RANK = 1024
+RECOMPUTE = ("none", "selective", "full")
+
+DimValues = tuple[Any, ...] | Literal["all"] | None
+
+_RANGE = re.compile(r"^(-?\d+)\s*:\s*(-?\d+)(?:\s*:\s*(-?\d+))?$")
+_DOUBLING = re.compile(r"^(-?\d+)\s*\.\.\s*(-?\d+)$")
+_HINT = "give a value, a list (4,8,16), a range a:b[:step] (512:4096:512) or a:b doubling (256..2048), or 'all'"
+
+
+class CandidateSpec(NamedTuple):
+    """One point of the design space (resolved: every value explicit)."""
+
+    num_gpus: int
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    dp: int
+    micro_batch_size: int
+    schedule: str
+    recompute: str
+    zero_stage: int
+    sequence_parallel: bool
+    rank_order: str
+
+
+# ---- parsing ---------------------------------------------------------------------------------------------------------
+def _int_item(item: str, dim: str) -> list[int]:
+    text = item.strip()
+    m = _RANGE.match(text)
+    if m:
+        a, b = int(m.group(1)), int(m.group(2))
+        step = int(m.group(3)) if m.group(3) else 1
+        if step <= 0 or a > b:
+            raise TrainsimError(dim, f"empty or backward range {text!r}", "use a:b:step with a ≤ b and step > 0")
+        return list(range(a, b + 1, step))
+    m = _DOUBLING.match(text)
+    if m:
+        a, b = int(m.group(1)), int(m.group(2))
+        if a <= 0 or a > b:
+            raise TrainsimError(dim, f"bad doubling range {text!r}", "use a..b with 0 < a ≤ b (a, 2a, 4a, … ≤ b)")
+        out = []
+        while a <= b:
+            out.append(a)
+            a *= 2
+        return out
+    try:
+        return [int(text)]
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            raise TrainsimError(dim, f"cannot read {text!r}", _HINT) from None
+        if not value.is_integer():
+            raise TrainsimError(dim, f"{text!r} is not a whole number", _HINT) from None
+        return [int(value)]
+
+
+def _bool_item(item: Any, dim: str) -> bool:
+    if isinstance(item, bool):
+        return item
+    text = str(item).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise TrainsimError(dim, f"cannot read {item!r} as true/false", "give true, false, true,false or all")
+
+
+def _str_item(item: Any, dim: str) -> str:
+    text = str(item).strip().lower()
+    if dim == "schedule":
+        if text not in SCHEDULES:
+            raise TrainsimError(dim, f"unknown schedule {item!r}", f"use {', '.join(SCHEDULES)}")
+    elif dim == "recompute":
+        if text not in RECOMPUTE:
+            raise TrainsimError(dim, f"unknown recompute mode {item!r}", f"use {', '.join(RECOMPUTE)}")
+    elif dim == "rank_order":
+        parts = text.split("-")
+        if sorted(parts) != sorted(RANK_DIMENSIONS):
+            raise TrainsimError(dim, f"{item!r} is not a permutation of {DEFAULT_RANK_ORDER}",
+                                "give the five dimensions tp, cp, ep, dp, pp joined by '-', fastest-varying first")
+    return text
+
+
+def parse_values(value: Any, dim: str) -> DimValues:
+    """Normalise one dimension's input: ``None`` (not given), ``"all"`` (open) or a tuple of distinct values.
+
+    Accepts a scalar, a sequence, or text: ``"4,8,16"``, ``"512:4096:512"``, ``"256..2048"``, ``"all"``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in OPEN_WORDS:
+            return OPEN
+        if not text:
+            raise TrainsimError(dim, "empty value", _HINT)
+        items: list[Any] = [t for t in text.split(",")]
+        if any(not t.strip() for t in items):
+            raise TrainsimError(dim, f"empty item in {value!r}", _HINT)
+    elif isinstance(value, Sequence):
+        items = list(value)
+        if not items:
+            raise TrainsimError(dim, "empty list", _HINT)
+    else:
+        items = [value]
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, str) and item.strip().lower() in OPEN_WORDS:
+            raise TrainsimError(dim, "'all' cannot be mixed with listed values", _HINT)
+        if dim == "sequence_parallel":
+            values: list[Any] = [_bool_item(item, dim)]
+        elif dim in INT_DIMENSIONS:
+            if isinstance(item, bool):
+                raise TrainsimError(dim, f"expected a whole number, got {item!r}", _HINT)
+            if isinstance(item, int):
+                values = [item]
+            elif isinstance(item, float) and item.is_integer():
+                values = [int(item)]
+            else:
+                values = _int_item(str(item), dim)
+            low = 0 if dim == "zero_stage" else 1
+            bad = [v for v in values if v < low or (dim == "zero_stage" and v > 3)]
+            if bad:
+                what = "between 0 and 3" if dim == "zero_stage" else "positive"
+                raise TrainsimError(dim, f"{bad[0]} is not {what}", _HINT)
+        else:
+            values = [_str_item(item, dim)]
+        out += values
+    return tuple(dict.fromkeys(out))
+
+
+# ---- the space -------------------------------------------------------------------------------------------------------
+class SearchSpace(Spec):
+    """A design space: a model, a system, a training template and the values of every search dimension.
+
+    ``model``/``system`` accept preset names. Each dimension accepts ``None`` (not given: see ``others``), ``"all"``
+    (open), a value, a list, or text as on the command line (``"4,8,16"``, ``"512:4096:512"``, ``"256..2048"``).
+    ``training`` gives everything else (global batch, sequence, precision, overlap flags, token budget); its
+    micro-batch size, recompute mode and ZeRO stage are only the defaults used with ``others="default"``.
+    """
+
+    model: Model
+    system: System
+    training: Training
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    num_gpus: Any = None
+    tp: Any = None
+    pp: Any = None
+    vpp: Any = None
+    cp: Any = None
+    ep: Any = None
+    dp: Any = None
+    micro_batch_size: Any = None
+    schedule: Any = None
+    recompute: Any = None
+    zero_stage: Any = None
+    sequence_parallel: Any = None
+    rank_order: Any = None
+    others: Literal["open", "default"] = "open"
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            from trainsim.spec.presets import load_model
+
+            return load_model(value)
+        return value
+
+    @field_validator("system", mode="before")
+    @classmethod
+    def _system(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            from trainsim.spec.presets import load_system
+
+            return load_system(value)
+        return value
+
+    @field_validator(*DIMENSIONS, mode="before")
+    @classmethod
+    def _dimension(cls, value: Any, info: Any) -> Any:
+        return parse_values(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _check(self) -> SearchSpace:
+        if self.num_gpus is None and self.dp in (None, OPEN):
+            raise TrainsimError("num_gpus", "the GPU count is open-ended",
+                                "give --num-gpus (a value, list or range), or list --dp")
+        if self.num_gpus == OPEN:
+            raise TrainsimError("num_gpus", "cannot be 'all'", "give a value, a list or a range of GPU counts")
+        return self
+
+    def values(self, dim: str) -> DimValues:
+        """The parsed values of a dimension (``None``: not given, ``"all"``: open)."""
+        return getattr(self, dim)
+
+    def is_open(self, dim: str) -> bool:
+        """Whether the dimension takes all valid values."""
+        v = self.values(dim)
+        return v == OPEN or (v is None and self.others == "open")
+
+    def describe(self) -> dict[str, Any]:
+        """Each dimension as ``"all"``, ``"default"`` or its list of values (for reports)."""
+        out: dict[str, Any] = {}
+        for dim in DIMENSIONS:
+            v = self.values(dim)
+            if dim == "num_gpus" and v is None:
+                out[dim] = "tp·pp·cp·dp"
+            elif self.is_open(dim):
+                out[dim] = OPEN
+            elif v is None:
+                out[dim] = "default"
+            else:
+                out[dim] = list(v)
+        return out
+
+
+# ---- enumeration -----------------------------------------------------------------------------------------------------
+@dataclass
+class Enumeration:
+    """Valid candidates of a space, with what was skipped and why."""
+
+    candidates: list[CandidateSpec] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    skipped_examples: dict[str, str] = field(default_factory=dict)
+    equivalent: int = 0
+    warnings: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def combinations(self) -> int:
+        """Combinations looked at: valid + skipped + merged as equivalent."""
+        return len(self.candidates) + sum(self.skipped.values()) + self.equivalent
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+    return small + large[::-1]
+
+
+@lru_cache(maxsize=65536)
+def _placement_key(order: str, tp: int, cp: int, ep: int, dp: int, pp: int, gpus_per_node: int) -> tuple[Any, ...]:
+    from trainsim.cost.comm import group_placements
+
+    places = group_placements(order, tp, cp, ep, dp, pp, gpus_per_node)
+    return tuple(sorted(places.items()))
+
+
+def _full_order(perm: Sequence[str], nontrivial: Sequence[str]) -> str:
+    """Put ``perm`` into the slots that the non-trivial dimensions occupy in Megatron's default order."""
+    default = DEFAULT_RANK_ORDER.split("-")
+    it = iter(perm)
+    return "-".join(next(it) if d in nontrivial else d for d in default)
+
+
+@lru_cache(maxsize=16384)
+def distinct_rank_orders(tp: int, cp: int, ep: int, dp: int, pp: int, gpus_per_node: int,
+                         listed: tuple[str, ...] | None = None) -> tuple[tuple[str, ...], int]:
+    """Rank orders that place the communication groups differently, and how many equivalent ones were merged.
+
+    ``listed=None``: every permutation of the dimensions larger than one (Megatron's order first).
+    """
+    sizes = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}
+    if listed is None:
+        nontrivial = [d for d in DEFAULT_RANK_ORDER.split("-") if sizes[d] > 1]
+        orders = [_full_order(p, nontrivial) for p in itertools.permutations(nontrivial)]
+    else:
+        orders = list(listed)
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for order in orders:
+        key = _placement_key(order, tp, cp, ep, dp, pp, gpus_per_node)
+        if key not in seen:
+            seen.add(key)
+            out.append(order)
+    merged = len(orders) - len(out) if listed is not None else 0
+    return tuple(out), merged
+
+
+class _Enumerator:
+    """Nested enumeration with open domains conditioned on the outer choices."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.model = space.model
+        self.tr = space.training
+        self.seq = self.tr.seq_length or self.model.seq_length
+        self.gbs = self.tr.global_batch_size
+        self.layers = self.model.num_layers
+        self.uneven = space.first_stage_layers is not None or space.last_stage_layers is not None
+        self.heads = math.gcd(self.model.num_attention_heads, self.model.query_groups)
+        self._selective_cache: dict[tuple[int, int, int, bool, int], bool] = {}
+
+    def given(self, dim: str, default: Any) -> tuple[Any, ...] | None:
+        """Listed values, the default (not given, others=default), or None for open."""
+        v = self.space.values(dim)
+        if self.space.is_open(dim):
+            return None
+        if v is None:
+            return (default,)
+        return v  # type: ignore[return-value]
+
+    # open domains -------------------------------------------------------------------------------------------
+    def tp_values(self, n: int | None) -> tuple[int, ...]:
+        listed = self.given("tp", 1)
+        if listed is not None:
+            return listed
+        return tuple(t for t in divisors(self.heads) if n is None or n % t == 0)
+
+    def pp_values(self, n: int | None, tp: int) -> tuple[int, ...]:
+        listed = self.given("pp", 1)
+        if listed is not None:
+            return listed
+        rest = None if n is None else (n // tp if n % tp == 0 else None)
+        if n is not None and rest is None:
+            return (1,)
+        cands = range(1, self.layers + 1) if self.uneven else divisors(self.layers)
+        return tuple(p for p in cands if rest is None or rest % p == 0)
+
+    def cp_values(self, n: int | None, tp: int, pp: int) -> tuple[int, ...]:
+        listed = self.given("cp", 1)
+        if listed is not None:
+            return listed
+        if n is not None and n % (tp * pp):
+            return (1,)
+        chunk = 2 if self.model.causal else 1
+        ok = [c for c in divisors(self.seq) if self.seq % (chunk * c) == 0
+              and (c == 1 or self.seq // c >= MIN_TOKENS_PER_CP_RANK)]
+        if n is not None:
+            ok = [c for c in ok if (n // (tp * pp)) % c == 0]
+        return tuple(ok) or (1,)
+
+    def dp_values(self, n: int | None, tp: int, pp: int, cp: int) -> tuple[int | None, ...]:
+        listed = self.given("dp", None)
+        if listed is not None and listed != (None,):
+            return listed
+        if n is None:
+            return (1,)
+        return (None,)  # derived from the GPU count by the job
+
+    def ep_values(self, dp: int, cp: int) -> tuple[int, ...]:
+        listed = self.given("ep", 1)
+        if listed is not None:
+            return listed
+        if not self.model.is_moe:
+            return (1,)
+        experts = self.model.num_experts or 1
+        return tuple(e for e in divisors(experts) if (dp * cp) % e == 0) or (1,)
+
+    def vpp_values(self, pp: int) -> tuple[int, ...]:
+        listed = self.given("vpp", 1)
+        if listed is not None:
+            return listed
+        if pp == 1 or self.uneven or self.layers % pp:
+            return (1,)
+        return tuple(divisors(self.layers // pp))
+
+    def schedule_values(self, pp: int, vpp: int) -> tuple[str, ...]:
+        listed = self.given("schedule", "interleaved" if vpp > 1 else "1f1b")
+        if listed is not None:
+            if pp == 1:  # without pipeline parallelism every schedule runs the same micro-batch loop
+                mapped = tuple(dict.fromkeys("1f1b" if s != "interleaved" else s for s in listed))
+                return mapped
+            return listed
+        if pp == 1:
+            return ("1f1b",)
+        if vpp > 1:
+            return ("interleaved",)
+        return OPEN_SCHEDULES
+
+    def mbs_values(self, dp: int) -> tuple[int, ...]:
+        listed = self.given("micro_batch_size", self.tr.micro_batch_size)
+        if listed is not None:
+            return listed
+        if dp <= 0 or self.gbs % dp:
+            return (1,)
+        return tuple(divisors(self.gbs // dp))
+
+    def recompute_values(self) -> tuple[str, ...]:
+        listed = self.given("recompute", self.tr.recompute_granularity)
+        if listed is not None:
+            return listed
+        if self.tr.recompute_num_layers is not None:
+            return ("full",)
+        return RECOMPUTE
+
+    def zero_values(self, pp: int, dp: int, cp: int) -> tuple[int, ...]:
+        listed = self.given("zero_stage", self.tr.zero_stage)
+        if listed is not None:
+            return listed
+        if self.tr.overlap_param_gather:
+            base: tuple[int, ...] = (1, 2, 3)
+        else:
+            base = (0, 1, 2, 3)
+        if dp * cp == 1:  # nothing to shard over: stages 1 and 2 equal 0, stage 3 only adds gathered layers
+            base = base[:1]
+        if pp > 1:
+            base = tuple(z for z in base if z <= 1)
+        return base
+
+    def sp_values(self, tp: int) -> tuple[bool, ...]:
+        listed = self.given("sequence_parallel", False)
+        if tp == 1:
+            return (False,)  # no effect without tensor parallelism
+        if listed is not None:
+            return listed
+        if self.tr.tp_comm_overlap:
+            return (True,)
+        if self.seq % tp:
+            return (False,)
+        return (False, True)
+
+    def selective_is_none(self, probe: Job, tp: int, cp: int, ep: int, sp: bool, mbs: int) -> bool:
+        """Whether selective recomputation changes nothing here (e.g. with FlashAttention, whose backward already
+        recomputes the attention scores): same layer work, same activation memory, same hardware FLOPs."""
+        key = (tp, cp, ep, sp and tp > 1, mbs)
+        if key not in self._selective_cache:
+            self._selective_cache[key] = self._selective_check(probe, *key)
+        return self._selective_cache[key]
+
+    def _selective_check(self, probe: Job, tp: int, cp: int, ep: int, sp: bool, mbs: int) -> bool:
+        from trainsim.workload.flops import iteration_flops
+        from trainsim.workload.layers import Shard, layer_work
+        from trainsim.workload.memory import layer_activation_bytes
+
+        tr, model = self.tr, self.model
+        e = 4.0 if tr.precision == "fp32" else 2.0
+        q = 1.0 if tr.precision == "fp8" else e
+        flags = (False, True) if model.is_moe else (False,)
+        for moe in flags:
+            shards = [Shard(mbs, self.seq, tp, cp, ep, sp, tr.precision, tr.attention, mode)
+                      for mode in ("none", "selective")]
+            if layer_work(model, shards[0], moe) != layer_work(model, shards[1], moe):
+                return False
+            sizes = [layer_activation_bytes(model, mbs, self.seq, tp, cp, sp, mode, tr.attention, e, moe, q)
+                     for mode in ("none", "selective")]
+            if sizes[0] != sizes[1]:
+                return False
+        flops = [iteration_flops(probe.model_copy(update={"training": tr.model_copy(update={
+            "recompute_granularity": mode, "micro_batch_size": mbs})})).hardware for mode in ("none", "selective")]
+        return flops[0] == flops[1]
+
+    # --------------------------------------------------------------------------------------------------------
+    def prefixes(self) -> Iterator[tuple[int | None, int, int, int, int | None]]:
+        """(num_gpus, tp, pp, cp, dp) combinations."""
+        gpus = self.space.values("num_gpus")
+        for n in (gpus if gpus not in (None, OPEN) else (None,)):
+            for tp in self.tp_values(n):
+                for pp in self.pp_values(n, tp):
+                    for cp in self.cp_values(n, tp, pp):
+                        for dp in self.dp_values(n, tp, pp, cp):
+                            yield n, tp, pp, cp, dp
+
+
+def enumerate_space(space: SearchSpace) -> Enumeration:
+    """All valid candidates of ``space`` (deterministic order) with skip reasons and merged equivalents.
+
+    Skips are counted where they are detected: a GPU layout (num_gpus, tp, pp, cp, dp) that is invalid whatever the
+    other dimensions counts once; otherwise every invalid combination of the other dimensions counts once (times
+    its rank orders).
+    """
+    en = _Enumerator(space)
+    out = Enumeration()
+    model, system, training = space.model, space.system, space.training
+    gpn = system.gpus_per_node
+    listed_orders = en.given("rank_order", DEFAULT_RANK_ORDER)
+    first, last = space.first_stage_layers, space.last_stage_layers
+    tr_base = training.model_dump()
+    probe_training = training.model_copy(update={
+        "micro_batch_size": 1, "zero_stage": 0, "recompute_granularity": "none", "recompute_num_layers": None,
+        "overlap_param_gather": False, "tp_comm_overlap": False})
+    recompute_values = en.recompute_values()
+
+    def skip(err: TrainsimError, count: int = 1) -> None:
+        out.skipped[err.field] += count
+        out.skipped_examples.setdefault(err.field, err.message)
+
+    for n, tp, pp, cp, dp_given in en.prefixes():
+        # The layout alone, with the most permissive other settings: if this fails, every combination does.
+        try:
+            with warnings.catch_warnings():  # warnings are counted per candidate, below
+                warnings.simplefilter("ignore", TrainsimWarning)
+                probe = Job(model=model, system=system, training=probe_training, num_gpus=n,
+                            parallelism=Parallelism(tp=tp, pp=pp, cp=cp, dp=dp_given, first_stage_layers=first,
+                                                    last_stage_layers=last))
+        except TrainsimError as err:
+            skip(err)
+            continue
+        dp, world = probe.dp, probe.world_size
+        for ep in en.ep_values(dp, cp):
+            orders, merged = distinct_rank_orders(tp, cp, ep, dp, pp, gpn, listed_orders)
+            per_combination = len(orders) + merged
+            pipelines = [(vpp, sched) for vpp in en.vpp_values(pp) for sched in en.schedule_values(pp, vpp)]
+            for (vpp, schedule), mbs, recompute, zero, sp in itertools.product(
+                    pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp)):
+                if (recompute == "selective" and "none" in recompute_values
+                        and en.selective_is_none(probe, tp, cp, ep, sp, mbs)):
+                    out.equivalent += per_combination
+                    continue
+                try:
+                    par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=dp, sequence_parallel=sp,
+                                      schedule=schedule, first_stage_layers=first, last_stage_layers=last)
+                    tr = Training(**{**tr_base, "micro_batch_size": mbs, "recompute_granularity": recompute,
+                                     "zero_stage": zero})
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always", TrainsimWarning)
+                        Job(model=model, system=system, parallelism=par, training=tr, num_gpus=world)
+                except TrainsimError as err:
+                    skip(err, per_combination)
+                    continue
+                out.equivalent += merged
+                for w in caught:
+                    if issubclass(w.category, TrainsimWarning):
+                        out.warnings[str(w.message)] += len(orders)
+                out.candidates.extend(CandidateSpec(world, tp, pp, vpp, cp, ep, dp, mbs, schedule, recompute, zero,
+                                                    sp, order) for order in orders)
+    return out
+
+
+def build_job(model: Model, system: System, training: Training, spec: CandidateSpec,
+              first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+              validate: bool = True) -> Job:
+    """The :class:`Job` of one candidate; ``validate=False`` skips validation (for candidates that came out of
+    :func:`enumerate_space`, which validated every one of them)."""
+    fields = {"tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "ep": spec.ep, "dp": spec.dp,
+              "sequence_parallel": spec.sequence_parallel, "schedule": spec.schedule, "rank_order": spec.rank_order,
+              "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
+    tr = training.model_copy(update={"micro_batch_size": spec.micro_batch_size,
+                                     "recompute_granularity": spec.recompute, "zero_stage": spec.zero_stage})
+    if not validate:
+        par = Parallelism.model_construct(**fields)
+        return Job.model_construct(model=model, system=system, parallelism=par, training=tr,
+                                   num_gpus=spec.num_gpus)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainsimWarning)
+        return Job(model=model, system=system, parallelism=Parallelism(**fields), training=tr,
+                   num_gpus=spec.num_gpus)
