@@ -1,16 +1,35 @@
-"""``trainsim predict``: predict one training job."""
+"""``trainsim predict``: predict one training job (analytic engine, or the event engine with timelines)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from trainsim.cli import app
 from trainsim.cli.job_options import job_from_options, with_job_options
 
+#: Value of ``--memory-timeline`` given without a file.
+NO_FILE = "-"
+OPTIONAL_VALUE_FLAGS = ("--memory-timeline",)
 
-@app.command("predict")
+
+class PredictCommand(TyperCommand):
+    """``predict`` with options whose value is optional (``--memory-timeline [FILE]``)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        fixed: list[str] = []
+        for i, arg in enumerate(args):
+            fixed.append(arg)
+            if arg in OPTIONAL_VALUE_FLAGS:
+                nxt = args[i + 1] if i + 1 < len(args) else None
+                if nxt is None or (nxt.startswith("-") and nxt != NO_FILE):
+                    fixed.append(NO_FILE)
+        return super().parse_args(ctx, fixed)
+
+
+@app.command("predict", cls=PredictCommand)
 @with_job_options()
 def predict_command(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
@@ -19,10 +38,36 @@ def predict_command(
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
     op_costs: list[str] = typer.Option([], "--op-costs", help="measured operator table(s) (trainsim profile)"),
     comm_costs: list[str] = typer.Option([], "--comm-costs", help="measured collective table(s) (nccl-tests)"),
+    trace: str | None = typer.Option(None, "--trace", help="event engine: write a Chrome/Perfetto trace (.json, .gz)"),
+    trace_detail: str | None = typer.Option(None, "--trace-detail",
+                                            help="event engine: auto (default), block or layer slices in the trace"),
+    memory_timeline: str | None = typer.Option(
+        None, "--memory-timeline", metavar="[FILE]",
+        help="event engine: memory over time from activation lifetimes; peaks in the output, series to FILE "
+             "(.json or .csv) when given"),
+    slow_rank: list[str] = typer.Option([], "--slow-rank", metavar="RANK=FACTOR",
+                                        help="event engine: that GPU computes FACTOR× slower (repeatable)"),
+    slow_stage: list[str] = typer.Option([], "--slow-stage", metavar="STAGE=FACTOR",
+                                         help="event engine: every GPU of a stage FACTOR× slower (repeatable)"),
+    slow_link: list[str] = typer.Option([], "--slow-link", metavar="NODE=FACTOR",
+                                        help="event engine: the node's NICs FACTOR× slower (repeatable)"),
+    seq_len_cv: float | None = typer.Option(None, "--seq-len-cv",
+                                            help="event engine: coefficient of variation of micro-batch sequence "
+                                                 "lengths (e.g. 0.3)"),
+    seed: int | None = typer.Option(None, "--seed", help="event engine: random seed of --seq-len-cv (default 0)"),
+    steps: int | None = typer.Option(None, "--steps", help="event engine: training steps to simulate and export"),
+    export_ops: str | None = typer.Option(None, "--export-ops", metavar="OPS.parquet",
+                                          help="event engine: write the op trace (straggler-trace schema)"),
+    export_meta: str | None = typer.Option(None, "--export-meta", metavar="META.yaml",
+                                           help="metadata of --export-ops (default: meta-<J>.yaml beside it)"),
     *,
     job_options: dict[str, Any],
 ) -> None:
-    """Predict iteration time, throughput, MFU, memory per stage and (with --train-tokens) training time and cost."""
+    """Predict iteration time, throughput, MFU, memory per stage and (with --train-tokens) training time and cost.
+
+    With --engine event the step is simulated task by task: per-stage busy/idle time, Chrome trace, memory timeline,
+    stragglers and op-trace export.
+    """
     from trainsim.errors import TrainsimError
     from trainsim.predictor import predict
 
@@ -30,6 +75,21 @@ def predict_command(
         raise TrainsimError("flops_convention", f"unknown convention {flops_convention!r}", "use megatron or causal")
     if engine not in ("analytic", "event"):
         raise TrainsimError("engine", f"unknown engine {engine!r}", "use analytic or event")
+    given = {
+        "--trace": trace is not None, "--trace-detail": trace_detail is not None,
+        "--memory-timeline": memory_timeline is not None, "--slow-rank": bool(slow_rank),
+        "--slow-stage": bool(slow_stage), "--slow-link": bool(slow_link), "--seq-len-cv": seq_len_cv is not None,
+        "--seed": seed is not None, "--steps": steps is not None, "--export-ops": export_ops is not None,
+        "--export-meta": export_meta is not None,
+    }
+    used = [flag for flag, on in given.items() if on]
+    if used and engine != "event":
+        raise TrainsimError("engine", f"{', '.join(used)} need{'s' if len(used) == 1 else ''} the event engine",
+                            "add --engine event")
+    if trace_detail is not None and trace is None:
+        raise TrainsimError("trace_detail", "only applies to --trace", "add --trace FILE.json or drop --trace-detail")
+    if seed is not None and seq_len_cv is None:
+        raise TrainsimError("seed", "only applies to --seq-len-cv", "add --seq-len-cv 0.3 or drop --seed")
     job = job_from_options(job_options)
     calib = _load_calibration(calibration, job) if calibration else None
     cost_model = None
@@ -37,8 +97,18 @@ def predict_command(
         from trainsim.cost.tables import measured_cost_model
 
         cost_model = measured_cost_model(job, op_tables=op_costs, comm_tables=comm_costs, calibration=calib)
+    options: dict[str, Any] = {}
+    if engine == "event":
+        options = {
+            "slow_rank": slow_rank or None, "slow_stage": slow_stage or None, "slow_link": slow_link or None,
+            "seq_len_cv": seq_len_cv or 0.0, "seed": 0 if seed is None else seed,
+            "steps": 1 if steps is None else steps, "trace": trace, "trace_detail": trace_detail or "auto",
+            "export_ops": export_ops, "export_meta": export_meta,
+        }
+        if memory_timeline is not None:
+            options["memory_timeline"] = True if memory_timeline == NO_FILE else memory_timeline
     result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
-                     flops_convention=flops_convention)
+                     flops_convention=flops_convention, **options)
     if json_out:
         from trainsim.cli.output import print_json
 
@@ -47,6 +117,70 @@ def predict_command(
         from trainsim.cli.report import print_prediction
 
         print_prediction(result)
+        if engine == "event":
+            print_event_extras(result.to_json_dict())
+
+
+def print_event_extras(d: dict[str, Any]) -> None:
+    """Readable rendering of the event engine's extra fields."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainsim.cli.output import fmt_bytes, fmt_seconds
+
+    console = Console()
+    rows = d.get("stage_busy_idle") or []
+    if rows:
+        t = Table(title="per stage (critical replica): busy and idle", title_justify="left")
+        for col in ("stage", "busy", "idle", "compute", "exposed comm", "pp wait", "dp wait", "bubble"):
+            t.add_column(col, justify="right")
+        shown: list[dict[str, Any] | None] = list(rows) if len(rows) <= 12 else [*rows[:4], None, *rows[-4:]]
+        for r in shown:
+            if r is None:
+                t.add_row("…", "", "", "", "", "", "", "")
+                continue
+            t.add_row(str(r["stage"]), fmt_seconds(r["busy_s"]), fmt_seconds(r["idle_s"]),
+                      fmt_seconds(r["compute_s"]), fmt_seconds(r["comm_exposed_s"]), fmt_seconds(r["pp_wait_s"]),
+                      fmt_seconds(r["dp_wait_s"]), fmt_seconds(r["bubble_s"]))
+        console.print(t)
+    info = d.get("engine_info") or {}
+    if info:
+        console.print(f"event engine: {info['tasks']:,} tasks, {info['replica_classes']} replica class(es), "
+                      f"{info['simulated_steps']} simulated step(s), {info['fixed_point_iterations']} timing "
+                      f"round(s), p2p {info['p2p_mode']}")
+    if "step_times_s" in d:
+        times = d["step_times_s"]
+        console.print(f"step times: {', '.join(fmt_seconds(x) for x in times[:8])}"
+                      + (" …" if len(times) > 8 else ""))
+    st = d.get("stragglers")
+    if st:
+        base = fmt_seconds(st["baseline_iteration_time_s"])
+        console.print(f"stragglers: {fmt_seconds(d['iteration_time_s'])} vs {base} without them: "
+                      f"{st['slowdown']:.3f}× slower")
+    mem = d.get("memory_timeline")
+    if mem:
+        t = Table(title="memory timeline (per GPU, from activation lifetimes)", title_justify="left")
+        for col in ("stage", "peak", "analytic peak", "difference", "at"):
+            t.add_column(col, justify="right")
+        stages = mem["stages"]
+        shown_m: list[dict[str, Any] | None] = list(stages) if len(stages) <= 12 else [*stages[:4], None,
+                                                                                      *stages[-4:]]
+        for r in shown_m:
+            if r is None:
+                t.add_row("…", "", "", "", "")
+                continue
+            t.add_row(str(r["stage"]), fmt_bytes(r["peak_bytes"]), fmt_bytes(r["analytic_peak_bytes"]),
+                      f"{r['difference_bytes'] / 1e9:+.3f} GB", fmt_seconds(r["peak_time_s"]))
+        console.print(t)
+        if "file" in mem:
+            console.print(f"memory timeline written to {mem['file']}")
+    if "trace" in d:
+        tr = d["trace"]
+        console.print(f"trace written to {tr['file']} ({tr['events']:,} events, {tr['detail']} detail)")
+    if "op_trace" in d:
+        op = d["op_trace"]
+        console.print(f"op trace written to {op['trace']} and {op['meta']} ({op['rows']:,} operations, "
+                      f"{op['steps']} step(s)); analyse it with: trainsim whatif {op['trace']} --meta {op['meta']}")
 
 
 def _load_calibration(path: str, job: Any) -> Any:
@@ -60,7 +194,8 @@ def _load_calibration(path: str, job: Any) -> Any:
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise TrainsimError("calibration", f"cannot read {path} ({exc})".replace("\n", " "), "give a YAML file") from None
+        message = f"cannot read {path} ({exc})".replace("\n", " ")
+        raise TrainsimError("calibration", message, "give a YAML file") from None
     if not isinstance(data, dict):
         raise TrainsimError("calibration", f"{path} is not a mapping", "map constant names to values")
     return calibration_from_mapping(data, calibration_for(job.system.gpu.generation))

@@ -1,0 +1,476 @@
+"""Timed templates of the work inside one pipeline action: layers, embedding, head, and whole model chunks.
+
+The event engine schedules one task per (stage, micro-batch, model chunk, F/B/W). What happens *inside* such a task
+is the same for every micro-batch of a stage, so it is simulated once here, at operator granularity, on two streams:
+
+* the **compute stream** runs the compute ops of :mod:`trainsim.workload.layers` in order (backward ops in true
+  backward order: modules reversed, data gradient before weight gradient; the recompute forward of a layer right
+  before its backward);
+* the **comm stream** runs the layer's TP/SP, CP and EP collectives (FIFO). A collective the framework overlaps
+  (``always_overlapped``, or TP ones under ``--tp-comm-overlap``) starts with the compute op it hides behind and the
+  next op waits for it; while it runs, compute progresses ``1 + overlap_slowdown`` times slower (Proteus' overlap
+  factor, applied as a rate: the fluid version of the analytic ``overlap_slowdown · min(t, x)``). Other collectives
+  block the compute stream right before (all-gathers) or after (reductions) the op they serve.
+
+With ZeRO-3 the per-layer parameter all-gathers (prefetched one layer ahead) and gradient reduce-scatters run on the
+data-parallel stream of the chunk and are simulated the same way.
+
+Everything is priced by the job's :class:`~trainsim.cost.job_costs.CostModel` (analytic or measured), the same layer
+that feeds the analytic estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from trainsim.cost.comm import Placement
+from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work
+from trainsim.workload.ops import CommOp, ComputeOp
+
+if TYPE_CHECKING:
+    from trainsim.cost.job_costs import CostModel
+    from trainsim.spec.job import Job
+
+#: Compute ops whose cost grows with the square of the sequence length (the attention core).
+QUADRATIC_OPS = frozenset({"flash_attn", "attn_qk", "attn_av", "softmax", "attn_dropout"})
+
+#: Where collectives without an overlap target sit: comm name -> (compute op, "before" | "after").
+ANCHORS: dict[str, tuple[str, str]] = {
+    "attn_out": ("attn_bias_dropout_add", "before"),
+    "mlp_out": ("mlp_bias_dropout_add", "before"),
+    "embedding_reduce": ("embedding_lookup", "after"),
+    "embedding_grad_gather": ("embedding_grad", "before"),
+    "moe_dispatch": ("moe_permute", "after"),
+    "moe_combine": ("moe_unpermute", "before"),
+    "moe_combine_grad": ("moe_unpermute_grad", "after"),
+    "moe_dispatch_grad": ("moe_permute_grad", "before"),
+}
+
+COMPUTE, COMM, DP = "compute", "comm", "dp"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One op inside a template, relative to the template's start (seconds)."""
+
+    stream: str  # compute | comm | dp
+    name: str
+    start: float
+    end: float
+    group: str = ""  # tp | cp | ep | dp for collectives
+    nbytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class BlockTime:
+    """A simulated block: its duration and where the time went.
+
+    ``exposed[g]`` is the time the compute stream stalls for collectives of group ``g``; ``compute`` is the
+    compute-stream busy time (``slowdown`` of it caused by overlapping communication); ``duration = compute +
+    sum(exposed)``. ``internode`` is the collective time on groups that leave the node (for link sharing and slow
+    links), ``internode_exposed`` its stalling part.
+    """
+
+    duration: float = 0.0
+    compute: float = 0.0
+    slowdown: float = 0.0
+    quadratic: float = 0.0
+    exposed: Mapping[str, float] = field(default_factory=dict)
+    comm: Mapping[str, float] = field(default_factory=dict)
+    internode: float = 0.0
+    internode_exposed: float = 0.0
+    nbytes: float = 0.0
+    slices: tuple[Slice, ...] = ()
+
+    def then(self, other: BlockTime) -> BlockTime:
+        """``self`` followed by ``other`` (slices of ``other`` shifted)."""
+        shift = self.duration
+        return BlockTime(
+            self.duration + other.duration, self.compute + other.compute, self.slowdown + other.slowdown,
+            self.quadratic + other.quadratic, _add(self.exposed, other.exposed), _add(self.comm, other.comm),
+            self.internode + other.internode, self.internode_exposed + other.internode_exposed,
+            self.nbytes + other.nbytes,
+            self.slices + tuple(dataclasses.replace(s, start=s.start + shift, end=s.end + shift)
+                                for s in other.slices),
+        )
+
+
+def _add(a: Mapping[str, float], b: Mapping[str, float], k: float = 1.0) -> dict[str, float]:
+    out = dict(a)
+    for g, t in b.items():
+        out[g] = out.get(g, 0.0) + k * t
+    return out
+
+
+def _root(name: str) -> str:
+    for suffix in ("_dgrad", "_wgrad", "_grad"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def backward_order(fwd: Iterable[ComputeOp], bwd: Iterable[ComputeOp]) -> list[ComputeOp]:
+    """Backward ops in execution order: reverse forward order of their module, data gradient before weight gradient.
+
+    Ops whose forward counterpart is unknown keep their relative order at the end.
+    """
+    position: dict[str, int] = {}
+    for i, op in enumerate(fwd):
+        position.setdefault(op.name, i)
+    ops = list(bwd)
+
+    def key(item: tuple[int, ComputeOp]) -> tuple[int, int, int]:
+        i, op = item
+        pos = position.get(_root(op.name), -1)
+        return (-pos if pos >= 0 else 1, 1 if op.name.endswith("_wgrad") else 0, i)
+
+    return [op for _, op in sorted(enumerate(ops), key=key)]
+
+
+def _progress(t0: float, work: float, busy: list[tuple[float, float]], slow: float) -> float:
+    """End of ``work`` seconds of compute started at ``t0``, slowed by ``1 + slow`` inside the ``busy`` intervals."""
+    pos, remaining = t0, work
+    for a, b in busy:
+        if b <= pos:
+            continue
+        if a > pos:
+            free = a - pos
+            if remaining <= free:
+                return pos + remaining
+            remaining -= free
+            pos = a
+        capacity = (b - pos) / (1.0 + slow)
+        if remaining <= capacity:
+            return pos + remaining * (1.0 + slow)
+        remaining -= capacity
+        pos = b
+    return pos + remaining
+
+
+@dataclass(frozen=True)
+class _Comm:
+    op: CommOp
+    time: float
+    anchor: int  # compute op index, or len(ops) - 1 for the end of the block
+    mode: str  # before | with | after
+    internode: bool
+
+
+def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostModel,
+                 places: Mapping[str, Placement], tp_comm_overlap: bool) -> BlockTime:
+    """Simulate compute ops and their collectives on the compute and comm streams (see module docstring)."""
+    slow = model.calibration.overlap_slowdown
+    names = {op.name: i for i, op in reversed(list(enumerate(compute)))}
+    comms: list[_Comm] = []
+    for op in comm:
+        place = places.get(op.group, places["tp"])
+        t = model.collective(op, place)
+        if t <= 0.0:
+            continue
+        can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
+        target = op.hide_behind if op.hide_behind in names else ""
+        if target and can_hide:
+            anchor, mode = names[target], "with"
+        elif target:
+            anchor, mode = names[target], "before" if op.collective == "all_gather" else "after"
+        elif op.name in ANCHORS and ANCHORS[op.name][0] in names:
+            name, mode = ANCHORS[op.name]
+            anchor = names[name]
+        elif op.hide_behind.endswith("_wgrad") and op.hide_behind[:-6] + "_dgrad" in names:
+            anchor, mode = names[op.hide_behind[:-6] + "_dgrad"], "after"
+        else:
+            anchor, mode = max(len(compute) - 1, 0), "after"
+        comms.append(_Comm(op, t, anchor, mode, place.crosses_nodes))
+    by_anchor: dict[tuple[int, str], list[_Comm]] = {}
+    for c in comms:
+        by_anchor.setdefault((c.anchor, c.mode), []).append(c)
+
+    t = cfree = 0.0
+    busy: list[tuple[float, float]] = []
+    slices: list[Slice] = []
+    exposed: dict[str, float] = {}
+    comm_total: dict[str, float] = {}
+    compute_busy = slowdown = quadratic = internode = internode_exposed = nbytes = 0.0
+
+    def issue(c: _Comm, at: float) -> tuple[float, float]:
+        nonlocal cfree, internode, nbytes
+        cs = max(at, cfree)
+        ce = cs + c.time
+        cfree = ce
+        busy.append((cs, ce))
+        slices.append(Slice(COMM, c.op.name, cs, ce, c.op.group, c.op.nbytes))
+        comm_total[c.op.group] = comm_total.get(c.op.group, 0.0) + c.time
+        nbytes += c.op.nbytes
+        if c.internode:
+            internode += c.time
+        return cs, ce
+
+    def stall(c: _Comm, until: float) -> None:
+        nonlocal t, internode_exposed
+        if until > t:
+            exposed[c.op.group] = exposed.get(c.op.group, 0.0) + until - t
+            if c.internode:
+                internode_exposed += until - t
+            t = until
+
+    for i, op in enumerate(compute):
+        for c in by_anchor.get((i, "before"), ()):
+            _, ce = issue(c, t)
+            stall(c, ce)
+        waits: list[tuple[float, _Comm]] = []
+        for c in by_anchor.get((i, "with"), ()):
+            _, ce = issue(c, t)
+            waits.append((ce, c))
+        w = model.compute(op)
+        end = _progress(t, w, busy, slow) if busy else t + w
+        slices.append(Slice(COMPUTE, op.name, t, end))
+        compute_busy += end - t
+        slowdown += (end - t) - w
+        if _root(op.name) in QUADRATIC_OPS or op.kind == "attention":
+            quadratic += w
+        t = end
+        for ce, c in sorted(waits, key=lambda x: x[0]):
+            stall(c, ce)
+        for c in by_anchor.get((i, "after"), ()):
+            _, ce = issue(c, t)
+            stall(c, ce)
+    if not compute:
+        for c in comms:
+            _, ce = issue(c, t)
+            stall(c, ce)
+    return BlockTime(t, compute_busy, slowdown, quadratic, exposed, comm_total, internode, internode_exposed,
+                     nbytes, tuple(slices))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``count`` consecutive copies of ``block`` (a layer, the embedding or the head), labelled for traces."""
+
+    label: str
+    block: BlockTime
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class ChunkTemplate:
+    """The work of one action (F, B or W of one micro-batch on one model chunk of one stage).
+
+    Aggregates are for the whole chunk; ``segments`` lay the blocks out in order (for layer-detail traces) and
+    ``dp_slices`` hold ZeRO-3's per-layer collectives on the data-parallel stream.
+    """
+
+    kind: str
+    segments: tuple[Segment, ...]
+    total: BlockTime  # aggregates (no slices)
+    dp_slices: tuple[Slice, ...] = ()
+    layer_offsets: tuple[float, ...] = ()  # start of each block copy within the chunk (length = sum of counts)
+
+    @property
+    def duration(self) -> float:
+        """Seconds of the whole action at nominal sequence length on a nominal GPU."""
+        return self.total.duration
+
+    def exposed(self, group: str) -> float:
+        """Compute-stream stall on collectives of ``group``."""
+        return self.total.exposed.get(group, 0.0)
+
+
+def _repeat_total(segments: Iterable[Segment]) -> BlockTime:
+    dur = comp = slowd = quad = inter = inter_e = nb = 0.0
+    exposed: dict[str, float] = {}
+    comm: dict[str, float] = {}
+    for seg in segments:
+        b, n = seg.block, seg.count
+        dur += n * b.duration
+        comp += n * b.compute
+        slowd += n * b.slowdown
+        quad += n * b.quadratic
+        inter += n * b.internode
+        inter_e += n * b.internode_exposed
+        nb += n * b.nbytes
+        exposed = _add(exposed, b.exposed, n)
+        comm = _add(comm, b.comm, n)
+    return BlockTime(dur, comp, slowd, quad, exposed, comm, inter, inter_e, nb)
+
+
+def _offsets(segments: Iterable[Segment]) -> tuple[float, ...]:
+    out: list[float] = []
+    t = 0.0
+    for seg in segments:
+        for _ in range(seg.count):
+            out.append(t)
+            t += seg.block.duration
+    return tuple(out)
+
+
+class BlockLibrary:
+    """Builds and caches the timed templates of a job."""
+
+    def __init__(self, job: Job, model: CostModel, places: Mapping[str, Placement], shard: Shard) -> None:
+        self.job = job
+        self.model = model
+        self.places = places
+        self.shard = shard
+        self.tp_comm_overlap = job.training.tp_comm_overlap
+        self._blocks: dict[tuple[object, ...], BlockTime] = {}
+        self._chunks: dict[tuple[object, ...], ChunkTemplate] = {}
+
+    # ---- blocks ---------------------------------------------------------------------------------------------------
+    def _simulate(self, ops: list[ComputeOp], comm: Iterable[CommOp]) -> BlockTime:
+        return simulate_ops(ops, comm, self.model, self.places, self.tp_comm_overlap)
+
+    def _work_block(self, work: Work, kind: str, split: bool) -> BlockTime:
+        if kind == "F":
+            return self._simulate(list(work.fwd), work.comm_fwd)
+        bwd = backward_order(work.fwd, work.bwd)
+        if kind == "W":
+            return self._simulate([op for op in bwd if op.name.endswith("_wgrad")], ())
+        if split:
+            bwd = [op for op in bwd if not op.name.endswith("_wgrad")]
+        re = self._simulate(list(work.recompute), work.comm_recompute) if work.recompute else BlockTime()
+        return re.then(self._simulate(bwd, work.comm_bwd))
+
+    def layer(self, kind: str, moe: bool, recompute: str, split: bool = False) -> BlockTime:
+        """One transformer layer: ``kind`` F, B (recompute included) or W; ``split``: B without weight gradients."""
+        key = ("layer", kind, moe, recompute, split)
+        if key not in self._blocks:
+            shard = dataclasses.replace(self.shard, recompute=recompute)
+            self._blocks[key] = self._work_block(layer_work(self.job.model, shard, moe), kind, split)
+        return self._blocks[key]
+
+    def embedding(self, kind: str, split: bool = False) -> BlockTime:
+        """Input embedding of the first virtual stage."""
+        key = ("embedding", kind, split)
+        if key not in self._blocks:
+            self._blocks[key] = self._work_block(embedding_work(self.job.model, self.shard), kind, split)
+        return self._blocks[key]
+
+    def head(self, kind: str, split: bool = False) -> BlockTime:
+        """Final norm, LM head and loss of the last virtual stage."""
+        key = ("head", kind, split)
+        if key not in self._blocks:
+            self._blocks[key] = self._work_block(head_work(self.job.model, self.shard), kind, split)
+        return self._blocks[key]
+
+    # ---- chunks ---------------------------------------------------------------------------------------------------
+    def chunk(self, kind: str, layers: tuple[tuple[bool, str], ...], first: bool, last: bool, split: bool,
+              zero3: tuple[float, float] | None = None) -> ChunkTemplate:
+        """Template of one action over a model chunk.
+
+        ``layers``: (is MoE, recompute mode) of each layer in forward order; ``first``/``last``: the chunk holds the
+        embedding / the head; ``zero3``: seconds of one layer's parameter all-gather and gradient reduce-scatter on
+        the data-parallel stream (ZeRO-3), or ``None``.
+        """
+        key = (kind, layers, first, last, split, zero3)
+        if key in self._chunks:
+            return self._chunks[key]
+        runs: list[Segment] = []
+        for (moe, rc) in layers:
+            block = self.layer(kind, moe, rc, split)
+            label = "moe layer" if moe else "layer"
+            if runs and runs[-1].block is block:
+                runs[-1] = Segment(label, block, runs[-1].count + 1)
+            else:
+                runs.append(Segment(label, block))
+        segments: list[Segment] = []
+        if kind == "F":
+            if first:
+                segments.append(Segment("embedding", self.embedding(kind, split)))
+            segments += runs
+            if last:
+                segments.append(Segment("head", self.head(kind, split)))
+        else:
+            if last:
+                segments.append(Segment("head", self.head(kind, split)))
+            segments += [Segment(s.label, s.block, s.count) for s in reversed(runs)]
+            if first:
+                segments.append(Segment("embedding", self.embedding(kind, split)))
+        segments = [s for s in segments if s.block.duration > 0 or s.block.slices]
+        if zero3 is not None and kind != "W" and sum(s.count for s in segments):
+            tmpl = self._zero3_chunk(kind, tuple(segments), zero3)
+        else:
+            tmpl = ChunkTemplate(kind, tuple(segments), _repeat_total(segments), (), _offsets(segments))
+        self._chunks[key] = tmpl
+        return tmpl
+
+    def _zero3_chunk(self, kind: str, segments: tuple[Segment, ...], zero3: tuple[float, float]) -> ChunkTemplate:
+        """Chunk with ZeRO-3 per-layer gathers (prefetched one layer ahead) and, in backward, reduce-scatters."""
+        ag, rs = zero3
+        slow = self.model.calibration.overlap_slowdown
+        crosses = self.places["dp_cp"].crosses_nodes
+        blocks = [(seg.block, seg.label != "embedding" and seg.label != "head")
+                  for seg in segments for _ in range(seg.count)]
+        n = len(blocks)
+        dpfree = 0.0
+        busy: list[tuple[float, float]] = []
+        dp_slices: list[Slice] = []
+        comm_dp = 0.0
+
+        def issue(name: str, dur: float, at: float) -> float:
+            nonlocal dpfree, comm_dp
+            start = max(at, dpfree)
+            dpfree = start + dur
+            busy.append((start, dpfree))
+            dp_slices.append(Slice(DP, name, start, dpfree, "dp"))
+            comm_dp += dur
+            return dpfree
+
+        # the parameters of layer i are gathered while layer i-1 runs (the first one up front); the embedding and
+        # the head are sharded with the layers' gathers (as the analytic model counts them)
+        layer_idx = [i for i, (_, is_layer) in enumerate(blocks) if is_layer]
+        ready = dict.fromkeys(range(n), 0.0)
+        if layer_idx:
+            ready[layer_idx[0]] = issue("zero3_param_gather", ag, 0.0)
+        nxt = dict(itertools.pairwise(layer_idx))
+        t = 0.0
+        offsets: list[float] = []
+        stall = slowdown = 0.0
+        for i, (b, is_layer) in enumerate(blocks):
+            if ready[i] > t:
+                stall += ready[i] - t
+                t = ready[i]
+            offsets.append(t)
+            if i in nxt:
+                ready[nxt[i]] = issue("zero3_param_gather", ag, t)
+            end = _progress(t, b.duration, sorted(busy), slow)
+            slowdown += end - t - b.duration
+            t = end
+            if kind == "B" and is_layer:
+                issue("zero3_grad_reduce_scatter", rs, t)
+        if dpfree > t:
+            stall += dpfree - t
+            t = dpfree
+        base = _repeat_total(segments)
+        total = BlockTime(
+            t, base.compute + slowdown, base.slowdown + slowdown, base.quadratic, _add(base.exposed, {"dp": stall}),
+            _add(base.comm, {"dp": comm_dp}), base.internode + (comm_dp if crosses else 0.0),
+            base.internode_exposed + (stall if crosses else 0.0), base.nbytes,
+        )
+        # the blocks keep their own internal layout; only their starts move
+        return ChunkTemplate(kind, segments, total, tuple(dp_slices), tuple(offsets))
+
+
+def zero3_costs(job: Job, model: CostModel, places: Mapping[str, Placement], stage_params: float,
+                layers: int) -> tuple[float, float] | None:
+    """ZeRO-3 per-layer (all-gather, reduce-scatter) seconds, as :func:`trainsim.cost.job_costs.stage_costs` prices
+    them, or ``None`` when parameters are not sharded."""
+    tr = job.training
+    shards = job.dp * job.parallelism.cp
+    if tr.zero_stage < 3 or shards <= 1:
+        return None
+    e = 4.0 if tr.precision == "fp32" else 2.0
+    per_layer = stage_params / max(layers, 1) * e
+    place = places["dp_cp"]
+    ag = model.collective(CommOp("zero3_gather", "all_gather", "dp_cp", "fwd", per_layer), place)
+    rs = model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd", per_layer * 2), place)
+    return ag, rs
+
+
+def ceil_div(a: float, b: float) -> int:
+    """``⌈a / b⌉`` for positive numbers."""
+    return max(1, math.ceil(a / b))

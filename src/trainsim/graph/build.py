@@ -1,0 +1,665 @@
+"""Job → execution graph: tasks on per-unit streams, dependencies and collective groups.
+
+One graph describes one training step of one data-parallel replica (a *template* replica: every pipeline stage is one
+unit, see :mod:`trainsim.graph.topology`); the engine evaluates it for several replicas and steps at once (columns of
+a matrix), which is how symmetric replicas are simulated once and asymmetric ones side by side.
+
+Tasks and their streams (per stage):
+
+* **compute**: one task per schedule action — forward ``F``, backward ``B`` (recompute included), weight gradient
+  ``W`` (zero-bubble schedules) — timed by :mod:`trainsim.graph.blocks`; then the optimizer step;
+* **pipeline send/recv**: one task per activation or gradient transfer between consecutive virtual stages. It starts
+  when both ends have issued it (a rendezvous) and after the previous transfer on the same link (FIFO). How the
+  compute stream waits follows Megatron: blocking batched ``send_*_recv_*`` calls between actions (1F1B, GPipe,
+  ZB-H1, and the interleaved schedule without ``overlap_p2p_comm``: one batched call per step), or, for the
+  interleaved schedule with ``overlap_p2p_comm`` (Megatron-Core's default), non-blocking sends and receives posted
+  after the previous action of the same direction and waited for right before the consuming action;
+* **data-parallel**: parameter all-gather buckets (distributed optimizer) at the start of the step — blocking the
+  first forward, or pipelined with the first forward of each chunk under ``--overlap-param-gather``; gradient
+  reduce-scatter (all-reduce without the distributed optimizer) buckets, launched as the last backward of a chunk
+  produces them under ``--overlap-grad-reduce``, else after the backward pass. A data-parallel collective is one
+  task for all replicas (it starts when the last member arrives);
+* **grad sync**: layer-norm gradient all-reduce (sequence parallelism), tied-embedding all-reduce between the first
+  and last stage, the wait for the remaining gradient buckets, the gradient-norm all-reduce (a global barrier,
+  Megatron's ``clip_grad_norm``) and the optimizer.
+
+The order of the gradient tail follows the released Megatron traces: layer-norm grads, embedding grads, DP grads,
+grad-norm, optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from trainsim.cost.comm import Placement, placements_of
+from trainsim.cost.job_costs import StageCost, stage_costs
+from trainsim.graph.blocks import BlockLibrary, ChunkTemplate, ceil_div, zero3_costs
+from trainsim.graph.topology import Layout
+from trainsim.schedule import BACKWARD, FORWARD, SPLIT_BACKWARD, WEIGHT, StageOrder, orders_for
+from trainsim.schedule.interleaved import warmup_forwards as interleaved_warmup
+from trainsim.workload.layers import shard_of
+from trainsim.workload.memory import stage_parameters
+from trainsim.workload.ops import CommOp
+
+if TYPE_CHECKING:
+    from trainsim.cost.job_costs import CostModel
+    from trainsim.spec.job import Job
+
+
+class Kind(IntEnum):
+    """Task kinds."""
+
+    FWD = 0
+    BWD = 1
+    WGT = 2
+    SEND_F = 3  # activation transfer to the next virtual stage
+    SEND_B = 4  # gradient transfer to the previous virtual stage
+    PARAM_AG = 5
+    GRAD_RS = 6
+    LN_AR = 7
+    EMB_AR = 8
+    GRAD_WAIT = 9
+    CLIP = 10
+    OPT = 11
+    ARRIVE = 12  # a member reaching a collective (zero length)
+    START = 13  # start of the step on a stage (zero length)
+
+
+COMPUTE_KINDS = (Kind.FWD, Kind.BWD, Kind.WGT)
+P2P_KINDS = (Kind.SEND_F, Kind.SEND_B)
+DP_KINDS = (Kind.PARAM_AG, Kind.GRAD_RS)
+GRAD_SYNC_KINDS = (Kind.LN_AR, Kind.EMB_AR, Kind.GRAD_WAIT, Kind.CLIP)
+
+OUT, IN = 0, 1  # link directions
+P2P_MODES = ("blocking", "blocking-steps", "overlap")
+
+
+@dataclass
+class Graph:
+    """Tasks (in topological level order), dependencies, costs and link usage of one step of one replica.
+
+    ``pred_*``: CSR lists of start dependencies: a task starts after ``start[q] + frac·(end[q] − start[q])`` of each
+    predecessor ``q`` (``frac = 1``: its end). ``endc_*``: end constraints ``end ≥ end[q] + frac·duration``
+    (pipelined parameter gathers). ``levels``: boundaries of groups of tasks that only depend on earlier groups.
+    ``sync``: the task is one collective for all replicas of a step (starts when the last arrives).
+    """
+
+    job: Job
+    orders: tuple[StageOrder, ...]
+    p2p_mode: str
+    kind: np.ndarray
+    stage: np.ndarray
+    peer: np.ndarray
+    mb: np.ndarray
+    chunk: np.ndarray
+    vstage: np.ndarray
+    bucket: np.ndarray
+    tmpl: np.ndarray
+    cost: np.ndarray
+    nbytes: np.ndarray
+    sync: np.ndarray
+    pred_ptr: np.ndarray
+    pred_idx: np.ndarray
+    pred_frac: np.ndarray
+    endc_ptr: np.ndarray
+    endc_idx: np.ndarray
+    endc_frac: np.ndarray
+    levels: np.ndarray
+    send_pred: np.ndarray  # per task: for transfers, the task after which the sender issued it (-1 otherwise)
+    recv_pred: np.ndarray  # per task: for transfers, the task after which the receiver posted it
+    templates: list[ChunkTemplate]
+    stage_costs: list[StageCost]
+    flows: dict[str, np.ndarray] = field(default_factory=dict)  # task, stage, dir, internode
+    crosses: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def num_tasks(self) -> int:
+        """Number of tasks."""
+        return len(self.kind)
+
+    @property
+    def pp(self) -> int:
+        """Pipeline stages."""
+        return self.job.parallelism.pp
+
+    def ids(self, *kinds: Kind) -> np.ndarray:
+        """Task ids of the given kinds."""
+        return np.flatnonzero(np.isin(self.kind, np.asarray(kinds, dtype=np.int8)))
+
+
+class _Builder:
+    FIELDS = ("kind", "stage", "peer", "mb", "chunk", "vstage", "bucket", "tmpl", "cost", "nbytes", "sync")
+    DTYPES: ClassVar[dict[str, type]] = {
+        "kind": np.int8, "stage": np.int32, "peer": np.int32, "mb": np.int32, "chunk": np.int32, "vstage": np.int32,
+        "bucket": np.int32, "tmpl": np.int32, "cost": np.float64, "nbytes": np.float64, "sync": bool}
+    DEFAULTS: ClassVar[dict[str, object]] = {
+        "peer": -1, "mb": -1, "chunk": -1, "vstage": -1, "bucket": -1, "tmpl": -1, "cost": 0.0, "nbytes": 0.0,
+        "sync": False}
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[np.ndarray]] = {f: [] for f in self.FIELDS}
+        self.n = 0
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+        self.frac: list[np.ndarray] = []
+        self.e_src: list[np.ndarray] = []
+        self.e_dst: list[np.ndarray] = []
+        self.e_frac: list[np.ndarray] = []
+        self.send_pred: dict[int, int] = {}
+        self.recv_pred: dict[int, int] = {}
+
+    def add(self, count: int, **values: object) -> np.ndarray:
+        ids = np.arange(self.n, self.n + count, dtype=np.int64)
+        for f in self.FIELDS:
+            v = values.get(f, self.DEFAULTS.get(f))
+            self.cols[f].append(np.broadcast_to(np.asarray(v, dtype=self.DTYPES[f]), (count,)).copy())
+        self.n += count
+        return ids
+
+    def one(self, **values: object) -> int:
+        return int(self.add(1, **values)[0])
+
+    def edge(self, src: np.ndarray | int, dst: np.ndarray | int, frac: np.ndarray | float = 1.0) -> None:
+        s = np.atleast_1d(np.asarray(src, dtype=np.int64))
+        d = np.atleast_1d(np.asarray(dst, dtype=np.int64))
+        s, d = np.broadcast_arrays(s, d)
+        keep = (s >= 0) & (d >= 0)
+        if not keep.any():
+            return
+        fr = np.broadcast_to(np.asarray(frac, dtype=np.float64), s.shape)
+        self.src.append(s[keep].copy())
+        self.dst.append(d[keep].copy())
+        self.frac.append(fr[keep].copy())
+
+    def end_constraint(self, src: int, dst: int, frac: float) -> None:
+        self.e_src.append(np.array([src], dtype=np.int64))
+        self.e_dst.append(np.array([dst], dtype=np.int64))
+        self.e_frac.append(np.array([frac], dtype=np.float64))
+
+
+def _csr(n: int, src: np.ndarray, dst: np.ndarray, frac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    order = np.lexsort((src, dst))
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(ptr, dst + 1, 1)
+    return np.cumsum(ptr), src[order], frac[order]
+
+
+def _levels(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kahn's algorithm, one round per level (vectorised): a permutation into level order and level boundaries."""
+    indeg = np.bincount(dst, minlength=n).astype(np.int64)
+    order = np.argsort(src, kind="stable")
+    s_sorted, d_by_src = src[order], dst[order]
+    succ_ptr = np.searchsorted(s_sorted, np.arange(n + 1))
+    ready = np.flatnonzero(indeg == 0)
+    out: list[np.ndarray] = []
+    bounds = [0]
+    done = 0
+    while ready.size:
+        out.append(ready)
+        done += ready.size
+        bounds.append(done)
+        lo, hi = succ_ptr[ready], succ_ptr[ready + 1]
+        lens = hi - lo
+        total = int(lens.sum())
+        if total == 0:
+            break
+        starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+        succ = d_by_src[starts + np.arange(total)]
+        np.subtract.at(indeg, succ, 1)
+        cand = np.unique(succ)
+        ready = cand[indeg[cand] == 0]
+    if done != n:
+        raise RuntimeError(f"execution graph has a cycle ({n - done} of {n} tasks never become ready)")
+    return np.concatenate(out), np.asarray(bounds, dtype=np.int64)
+
+
+def chunk_parameters(job: Job, stage: int) -> list[float]:
+    """Parameters of each model chunk of one GPU of ``stage`` (embedding on the first, head on the last chunk)."""
+    model, par = job.model, job.parallelism
+    tp, pp, v = par.tp, par.pp, par.vpp
+    total = stage_parameters(job, stage)
+    v_h = model.padded_vocab_size(tp) * model.hidden_size / tp
+    norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
+    emb = head = 0.0
+    if stage == 0:
+        emb = v_h + (model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute"
+                     else 0.0)
+    if stage == pp - 1:
+        head = norm + (v_h if (model.untie_embeddings_and_output_weights or pp > 1) else 0.0)
+    layers = (total - emb - head) / v
+    out = [layers] * v
+    out[0] += emb
+    out[-1] += head
+    return out
+
+
+def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
+    """Global indices of the transformer layers of model chunk ``chunk`` on ``stage``."""
+    p, v = job.parallelism.pp, job.parallelism.vpp
+    if v == 1:
+        first = sum(job.layers_per_stage[:stage])
+        return range(first, first + job.layers_per_stage[stage])
+    n = job.layers_per_stage[stage] // v
+    vs = chunk * p + stage
+    return range(vs * n, (vs + 1) * n)
+
+
+def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ...]:
+    """(is MoE, recompute mode) of every layer of a model chunk, in forward order.
+
+    With ``--recompute-granularity full --recompute-num-layers N`` the first ``N`` layers of each chunk are
+    recomputed and the others are not (mode ``none``).
+    """
+    model, tr = job.model, job.training
+    rc = tr.recompute_granularity
+    out = []
+    for local, layer in enumerate(chunk_layer_indices(job, stage, chunk)):
+        moe = bool(model.is_moe and layer % model.moe_layer_freq == 0)
+        mode = rc
+        if rc == "full" and tr.recompute_num_layers is not None and local >= tr.recompute_num_layers:
+            mode = "none"
+        out.append((moe, mode))
+    return tuple(out)
+
+
+def _layernorm_parameters(job: Job, stage: int) -> float:
+    model = job.model
+    norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
+    n = 2 * job.layers_per_stage[stage] + (1 if stage == job.parallelism.pp - 1 else 0)
+    return n * norm
+
+
+def buckets_of(params: float, bucket_params: float) -> np.ndarray:
+    """Parameters per gradient bucket in backward order (Megatron fills buckets from the last layers)."""
+    nb = ceil_div(params, bucket_params)
+    sizes = np.full(nb, float(bucket_params))
+    sizes[-1] = params - bucket_params * (nb - 1)
+    return sizes
+
+
+class GraphBuilder:
+    """Builds the :class:`Graph` of a job for a cost model."""
+
+    def __init__(self, job: Job, model: CostModel, p2p_mode: str | None = None) -> None:
+        self.job = job
+        self.model = model
+        par, tr = job.parallelism, job.training
+        self.p, self.v, self.m = par.pp, par.vpp, job.num_microbatches
+        self.pv = self.p * self.v
+        self.places: dict[str, Placement] = placements_of(job)
+        self.layout = Layout.of(job)
+        self.costs = stage_costs(job, model)
+        self.lib = BlockLibrary(job, model, self.places, shard_of(job))
+        self.split = job.schedule in SPLIT_BACKWARD
+        if p2p_mode is None:
+            if job.schedule == "interleaved":
+                p2p_mode = "overlap" if tr.overlap_p2p_comm else "blocking-steps"
+            elif job.schedule in SPLIT_BACKWARD:
+                p2p_mode = "overlap"  # zero-bubble schedules post sends/receives asynchronously
+            else:
+                p2p_mode = "blocking"
+        if p2p_mode not in P2P_MODES:
+            raise ValueError(f"unknown p2p mode {p2p_mode!r}")
+        self.p2p_mode = p2p_mode
+        self.orders = orders_for(job)
+        self.b = _Builder()
+        self.templates: list[ChunkTemplate] = []
+        self._tmpl_index: dict[int, int] = {}
+
+    # ---- templates --------------------------------------------------------------------------------------------
+    def _chunk_layers(self, s: int, c: int) -> tuple[tuple[bool, str], ...]:
+        return chunk_layers(self.job, s, c)
+
+    def _template(self, s: int, c: int, kind: str) -> int:
+        zero3 = zero3_costs(self.job, self.model, self.places, stage_parameters(self.job, s),
+                            self.job.layers_per_stage[s])
+        t = self.lib.chunk(kind, self._chunk_layers(s, c), first=(s == 0 and c == 0),
+                           last=(s == self.p - 1 and c == self.v - 1), split=self.split, zero3=zero3)
+        key = id(t)
+        if key not in self._tmpl_index:
+            self._tmpl_index[key] = len(self.templates)
+            self.templates.append(t)
+        return self._tmpl_index[key]
+
+    # ---- build ------------------------------------------------------------------------------------------------
+    def build(self) -> Graph:
+        b, p, v, m, pv = self.b, self.p, self.v, self.m, self.pv
+        starts = b.add(p, kind=Kind.START, stage=np.arange(p))
+        # compute tasks
+        kinds = "FBW" if self.split else "FB"
+        tmpl_ids = np.full((p, v, 3), -1, dtype=np.int64)
+        for s in range(p):
+            for c in range(v):
+                for k, name in enumerate(kinds):
+                    tmpl_ids[s, c, k] = self._template(s, c, name)
+        comp_ids: list[np.ndarray] = []
+        f_id = np.full((pv, m), -1, dtype=np.int64)
+        b_id = np.full((pv, m), -1, dtype=np.int64)
+        w_id = np.full((pv, m), -1, dtype=np.int64)
+        for s, o in enumerate(self.orders):
+            vs = o.chunk.astype(np.int64) * p + s
+            ids = b.add(len(o), kind=o.kind, stage=s, mb=o.microbatch, chunk=o.chunk, vstage=vs,
+                        tmpl=tmpl_ids[s, o.chunk, o.kind])
+            comp_ids.append(ids)
+            for code, table in ((FORWARD, f_id), (BACKWARD, b_id), (WEIGHT, w_id)):
+                sel = o.kind == code
+                table[vs[sel], o.microbatch[sel]] = ids[sel]
+            b.edge(ids[:-1], ids[1:])
+        # transfers
+        xf = np.full((pv, m), -1, dtype=np.int64)
+        xb = np.full((pv, m), -1, dtype=np.int64)
+        act_bytes = self._activation_bytes()
+        if p > 1:
+            vs_f, mb_f = np.meshgrid(np.arange(pv - 1), np.arange(m), indexing="ij")
+            send_stage = vs_f % p
+            xf[:-1] = b.add(vs_f.size, kind=Kind.SEND_F, stage=send_stage.ravel(), peer=((vs_f + 1) % p).ravel(),
+                            mb=mb_f.ravel(), chunk=(vs_f // p).ravel(), vstage=vs_f.ravel(),
+                            cost=np.array([c.p2p for c in self.costs])[send_stage.ravel()],
+                            nbytes=act_bytes).reshape(pv - 1, m)
+            vs_b, mb_b = np.meshgrid(np.arange(1, pv), np.arange(m), indexing="ij")
+            send_stage = vs_b % p
+            xb[1:] = b.add(vs_b.size, kind=Kind.SEND_B, stage=send_stage.ravel(), peer=((vs_b - 1) % p).ravel(),
+                           mb=mb_b.ravel(), chunk=(vs_b // p).ravel(), vstage=vs_b.ravel(),
+                           cost=np.array([c.p2p for c in self.costs])[send_stage.ravel()],
+                           nbytes=act_bytes).reshape(pv - 1, m)
+        tails: list[list[int]] = []
+        for s, o in enumerate(self.orders):
+            tails.append(self._program(s, o, comp_ids[s], starts[s], xf, xb))
+        self._step_tail(starts, comp_ids, tails, b_id, w_id, f_id)
+        return self._finish()
+
+    def _activation_bytes(self) -> float:
+        job, par = self.job, self.job.parallelism
+        e = 4.0 if job.training.precision == "fp32" else 2.0
+        return job.training.micro_batch_size * job.seq_length / par.cp * job.model.hidden_size * e / par.tp
+
+    def _program(self, s: int, o: StageOrder, ids: np.ndarray, start: int, xf: np.ndarray,
+                 xb: np.ndarray) -> list[int]:
+        """Dependencies of stage ``s``'s compute actions and transfers; returns what the gradient tail waits for."""
+        b, p, pv = self.b, self.p, self.pv
+        n = len(o)
+        kind = o.kind.astype(np.int64)
+        mb = o.microbatch.astype(np.int64)
+        vs = o.chunk.astype(np.int64) * p + s
+        send = np.full(n, -1, dtype=np.int64)
+        recv = np.full(n, -1, dtype=np.int64)
+        if p > 1:
+            sel = (kind == FORWARD) & (vs < pv - 1)
+            send[sel] = xf[vs[sel], mb[sel]]
+            sel = (kind == BACKWARD) & (vs > 0)
+            send[sel] = xb[vs[sel], mb[sel]]
+            sel = (kind == FORWARD) & (vs > 0)
+            recv[sel] = xf[vs[sel] - 1, mb[sel]]
+            sel = (kind == BACKWARD) & (vs < pv - 1)
+            recv[sel] = xb[vs[sel] + 1, mb[sel]]
+            for code in (FORWARD, BACKWARD):  # FIFO per link direction, in the sender's order
+                chain = send[(kind == code) & (send >= 0)]
+                b.edge(chain[:-1], chain[1:])
+        b.edge(start, ids[0])
+        has_send = send >= 0
+        if self.p2p_mode == "overlap":
+            b.edge(ids[has_send], send[has_send])
+            b.send_pred.update(zip(send[has_send].tolist(), ids[has_send].tolist(), strict=True))
+            # a receive is posted after the previous action of the same direction; the first forward's at the
+            # start, the first backward's after the last warm-up forward (Megatron-Core's recv_next)
+            post = np.full(n, start, dtype=np.int64)
+            for code in (FORWARD, BACKWARD):
+                pos = np.flatnonzero(kind == code)
+                post[pos[1:]] = ids[pos[:-1]]
+                if code == BACKWARD and pos.size and pos[0] > 0:
+                    post[pos[0]] = ids[pos[0] - 1]
+            has_recv = recv >= 0
+            b.edge(post[has_recv], recv[has_recv])
+            b.recv_pred.update(zip(recv[has_recv].tolist(), post[has_recv].tolist(), strict=True))
+            b.edge(recv[has_recv], ids[has_recv])
+            tail = [int(ids[-1])]
+            for code in (FORWARD, BACKWARD):
+                last = send[(kind == code) & has_send]
+                if last.size:
+                    tail.append(int(last[-1]))
+            return tail
+        if self.p2p_mode == "blocking-steps":
+            w = interleaved_warmup(p, s, self.m, self.v)
+            steady = n // 2 - w
+            i = np.arange(n)
+            step = np.where(i < w, i, np.where(i < w + 2 * steady, w + (i - w) // 2, i - steady))
+        else:
+            step = np.arange(n)
+        nsteps = int(step[-1]) + 1
+        bounds = np.searchsorted(step, np.arange(nsteps + 1))
+        first = np.append(ids[bounds[:-1]], -1)  # first action of each step (-1: after the last step)
+        last = ids[bounds[1:] - 1]
+        before = np.concatenate(([start], last))  # what precedes the call in front of step j
+        # sends: issued after their step; the first action of the next step (or the tail) waits
+        sstep = step[has_send]
+        b.edge(last[sstep], send[has_send])
+        b.send_pred.update(zip(send[has_send].tolist(), last[sstep].tolist(), strict=True))
+        # receives: posted in the call in front of their step
+        has_recv = recv >= 0
+        rstep = step[has_recv]
+        rpred = before[rstep].copy()
+        if self.p2p_mode == "blocking":
+            # separate calls (send, then receive) unless a forward meets a backward (batched call)
+            pk = np.concatenate(([-1], kind[:-1]))
+            batched = ((pk == FORWARD) & (kind == BACKWARD)) | ((pk == BACKWARD) & (kind == FORWARD))
+            prev_send = np.concatenate(([-1], send[:-1]))
+            split_call = has_recv & ~batched & (prev_send >= 0)
+            rpred = np.where(split_call[has_recv], prev_send[has_recv], rpred)
+            # the action waits for its receive, or for the previous send, or both when batched
+            b.edge(recv[has_recv], ids[has_recv])
+            wait_send = (prev_send >= 0) & (batched | ~has_recv)
+            b.edge(prev_send[wait_send], ids[wait_send])
+        else:
+            b.edge(recv[has_recv], first[rstep])
+            b.edge(send[has_send], first[sstep + 1])
+        b.edge(rpred, recv[has_recv])
+        b.recv_pred.update(zip(recv[has_recv].tolist(), rpred.tolist(), strict=True))
+        tail = [int(ids[-1])]
+        if self.p2p_mode == "blocking":
+            if has_send[-1]:
+                tail.append(int(send[-1]))
+        else:
+            tail += send[has_send & (step == nsteps - 1)].tolist()
+        return tail
+
+    def _dp_costs(self) -> tuple[float, float, float, float]:
+        job, tr = self.job, self.job.training
+        shards = job.dp * job.parallelism.cp
+        bucket_params = tr.ddp_bucket_size or max(40_000_000, 1_000_000 * shards)
+        grad_bytes = 4.0 if tr.grads_in_fp32 else 2.0
+        e = 4.0 if tr.precision == "fp32" else 2.0
+        return shards, bucket_params, grad_bytes, e
+
+    def _collective(self, name: str, kind: str, group: str, nbytes: float) -> float:
+        return self.model.collective(CommOp(name, kind, group, "bwd", nbytes), self.places[group])  # type: ignore
+
+    def _step_tail(self, starts: np.ndarray, comp_ids: list[np.ndarray], tails: list[list[int]], b_id: np.ndarray,
+                   w_id: np.ndarray, f_id: np.ndarray) -> None:
+        b, p, v = self.b, self.p, self.v
+        job, tr = self.job, self.job.training
+        shards, bucket_params, grad_bytes, e = self._dp_costs()
+        has_dp = shards > 1
+        gather = has_dp and tr.zero_stage in (1, 2)
+        reduce = has_dp and tr.zero_stage < 3
+        grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
+        ln_ids = np.empty(p, dtype=np.int64)
+        rs_ids: list[list[int]] = [[] for _ in range(p)]
+        dp_last: list[int] = [-1] * p
+        for s in range(p):
+            params = chunk_parameters(job, s)
+            dp_prev = int(starts[s])
+            # parameter all-gather: chunks in forward order, buckets from the first layers
+            if gather:
+                last_ag = -1
+                for c in range(v):
+                    sizes = buckets_of(params[c], bucket_params)[::-1]
+                    first_f = int(f_id[c * p + s, self._first_mb(s, c, FORWARD)])
+                    done = 0.0
+                    for k, size in enumerate(sizes):
+                        nb = size * e
+                        t = b.one(kind=Kind.PARAM_AG, stage=s, chunk=c, bucket=len(sizes) - 1 - k, sync=True,
+                                  cost=self._collective("param_gather", "all_gather", "dp_cp", nb), nbytes=nb)
+                        b.edge(dp_prev, t)
+                        dp_prev = last_ag = t
+                        if tr.overlap_param_gather:
+                            if k == 0:
+                                b.edge(t, first_f)
+                            b.end_constraint(t, first_f, 1.0 - done / params[c])
+                        done += size
+                if not tr.overlap_param_gather and last_ag >= 0:
+                    b.edge(last_ag, comp_ids[s][0])
+            # gradient buckets launched during the backward pass
+            if reduce and tr.overlap_grad_reduce:
+                grad_src = w_id if self.split else b_id
+                order = sorted(range(v), key=lambda c: self._last_position(s, c))
+                for c in order:
+                    last_bwd = int(grad_src[c * p + s, self._last_mb(s, c)])
+                    sizes = buckets_of(params[c], bucket_params)
+                    cum = np.cumsum(sizes) / params[c]
+                    for k, size in enumerate(sizes):
+                        nb = size * grad_bytes
+                        t = b.one(kind=Kind.GRAD_RS, stage=s, chunk=c, bucket=k, sync=True,
+                                  cost=self._collective("grad_bucket", grad_kind, "dp_cp", nb), nbytes=nb)
+                        b.edge(dp_prev, t)
+                        b.edge(last_bwd, t, float(min(1.0, cum[k])))
+                        dp_prev = t
+                        rs_ids[s].append(t)
+            dp_last[s] = dp_prev
+            # layer-norm gradients (all-reduce over TP with sequence parallelism)
+            ln_cost = 0.0
+            if job.sequence_parallel:
+                ln_cost = self._collective("layernorm_grads", "all_reduce", "tp",
+                                           _layernorm_parameters(job, s) * grad_bytes)
+            ln = b.one(kind=Kind.LN_AR, stage=s, cost=ln_cost)
+            b.edge(np.asarray(tails[s]), ln)
+            ln_ids[s] = ln
+        gs_last = ln_ids.copy()
+        tied = p > 1 and not job.model.untie_embeddings_and_output_weights
+        if tied:
+            arrive = b.add(2, kind=Kind.ARRIVE, stage=np.array([0, p - 1]))
+            b.edge(ln_ids[[0, p - 1]], arrive)
+            emb = b.one(kind=Kind.EMB_AR, stage=0, peer=p - 1, cost=self.costs[0].embedding_sync)
+            b.edge(arrive, emb)
+            gs_last[[0, p - 1]] = emb
+        for s in range(p):
+            if reduce and not tr.overlap_grad_reduce:
+                params = chunk_parameters(job, s)
+                prev = int(gs_last[s])
+                for c in reversed(range(v)):
+                    for k, size in enumerate(buckets_of(params[c], bucket_params)):
+                        nb = size * grad_bytes
+                        t = b.one(kind=Kind.GRAD_RS, stage=s, chunk=c, bucket=k, sync=True,
+                                  cost=self._collective("grad_bucket", grad_kind, "dp_cp", nb), nbytes=nb)
+                        b.edge([prev, dp_last[s]], t)
+                        prev = dp_last[s] = t
+                        rs_ids[s].append(t)
+                gs_last[s] = prev
+            elif reduce and rs_ids[s]:
+                wait = b.one(kind=Kind.GRAD_WAIT, stage=s)
+                b.edge([int(gs_last[s]), rs_ids[s][-1]], wait)
+                gs_last[s] = wait
+        arrive = b.add(p, kind=Kind.ARRIVE, stage=np.arange(p))
+        b.edge(gs_last, arrive)
+        clip_cost = self.model.collective(CommOp("grad_norm", "all_reduce", "world", "bwd", 4.0),
+                                          self.places["world"])
+        clip = b.one(kind=Kind.CLIP, stage=0, peer=p - 1, cost=clip_cost, sync=True)
+        b.edge(arrive, clip)
+        opt = b.add(p, kind=Kind.OPT, stage=np.arange(p), cost=np.array([c.optimizer for c in self.costs]))
+        b.edge(clip, opt)
+        b.edge(np.array([ids[-1] for ids in comp_ids]), opt)
+
+    def _first_mb(self, s: int, c: int, code: int) -> int:
+        o = self.orders[s]
+        sel = np.flatnonzero((o.kind == code) & (o.chunk == c))
+        return int(o.microbatch[sel[0]])
+
+    def _last_mb(self, s: int, c: int) -> int:
+        o = self.orders[s]
+        code = WEIGHT if self.split else BACKWARD
+        sel = np.flatnonzero((o.kind == code) & (o.chunk == c))
+        return int(o.microbatch[sel[-1]])
+
+    def _last_position(self, s: int, c: int) -> int:
+        o = self.orders[s]
+        code = WEIGHT if self.split else BACKWARD
+        return int(np.flatnonzero((o.kind == code) & (o.chunk == c))[-1])
+
+    def _finish(self) -> Graph:
+        b = self.b
+        n = b.n
+        cols = {f: np.concatenate(b.cols[f]) for f in b.FIELDS}
+        src = np.concatenate(b.src) if b.src else np.zeros(0, dtype=np.int64)
+        dst = np.concatenate(b.dst) if b.dst else np.zeros(0, dtype=np.int64)
+        frac = np.concatenate(b.frac) if b.frac else np.zeros(0)
+        e_src = np.concatenate(b.e_src) if b.e_src else np.zeros(0, dtype=np.int64)
+        e_dst = np.concatenate(b.e_dst) if b.e_dst else np.zeros(0, dtype=np.int64)
+        e_frac = np.concatenate(b.e_frac) if b.e_frac else np.zeros(0)
+        # end constraints are dependencies too (for the level order)
+        perm, levels = _levels(n, np.concatenate((src, e_src)), np.concatenate((dst, e_dst)))
+        new = np.empty(n, dtype=np.int64)
+        new[perm] = np.arange(n)
+        cols = {f: a[perm] for f, a in cols.items()}
+        pred_ptr, pred_idx, pred_frac = _csr(n, new[src], new[dst], frac)
+        endc_ptr, endc_idx, endc_frac = _csr(n, new[e_src], new[e_dst], e_frac)
+        send_pred = np.full(n, -1, dtype=np.int64)
+        recv_pred = np.full(n, -1, dtype=np.int64)
+        for mapping, arr in ((b.send_pred, send_pred), (b.recv_pred, recv_pred)):
+            if mapping:
+                k = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
+                val = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
+                arr[new[k]] = np.where(val >= 0, new[np.maximum(val, 0)], -1)
+        g = Graph(self.job, self.orders, self.p2p_mode, cols["kind"], cols["stage"], cols["peer"], cols["mb"],
+                  cols["chunk"], cols["vstage"], cols["bucket"], cols["tmpl"], cols["cost"], cols["nbytes"],
+                  cols["sync"], pred_ptr, pred_idx, pred_frac, endc_ptr, endc_idx, endc_frac, levels, send_pred,
+                  recv_pred, self.templates, self.costs)
+        g.crosses = {name: place.crosses_nodes for name, place in self.places.items()}
+        g.flows = self._flows(g)
+        return g
+
+    def _flows(self, g: Graph) -> dict[str, np.ndarray]:
+        """Which tasks load which unit's links: (task, stage, direction, internode) rows."""
+        rows: list[tuple[np.ndarray, np.ndarray, int, np.ndarray | bool]] = []
+        p2p = g.ids(*P2P_KINDS)
+        if p2p.size:
+            crosses = self.layout.p2p_crosses_nodes()[0]  # replica 0's links (one per sender stage)
+            # a backward transfer from s goes to s - 1: the link (s - 1) -> s
+            link = np.where(g.kind[p2p] == Kind.SEND_F, g.stage[p2p], g.peer[p2p])
+            inter = crosses[link]
+            rows.append((p2p, g.stage[p2p], OUT, inter))
+            rows.append((p2p, g.peer[p2p], IN, inter))
+        dp = g.ids(*DP_KINDS)
+        if dp.size:
+            inter = np.full(dp.size, g.crosses.get("dp_cp", False))
+            rows.append((dp, g.stage[dp], OUT, inter))
+            rows.append((dp, g.stage[dp], IN, inter))
+        emb = g.ids(Kind.EMB_AR)
+        if emb.size:
+            inter = np.full(2 * emb.size, g.crosses.get("embedding", False))
+            both = np.concatenate((emb, emb))
+            st = np.concatenate((g.stage[emb], g.peer[emb]))
+            rows.append((both, st, OUT, inter))
+            rows.append((both, st, IN, inter))
+        comp = g.ids(*COMPUTE_KINDS)
+        inter_t = np.array([t.total.internode > 0 for t in g.templates], dtype=bool)
+        comp = comp[inter_t[g.tmpl[comp]]] if comp.size and inter_t.size else comp[:0]
+        if comp.size:
+            rows.append((comp, g.stage[comp], OUT, np.ones(comp.size, dtype=bool)))
+            rows.append((comp, g.stage[comp], IN, np.ones(comp.size, dtype=bool)))
+        if not rows:
+            return {"task": np.zeros(0, np.int64), "stage": np.zeros(0, np.int64), "dir": np.zeros(0, np.int64),
+                    "internode": np.zeros(0, bool)}
+        return {
+            "task": np.concatenate([r[0] for r in rows]).astype(np.int64),
+            "stage": np.concatenate([np.asarray(r[1]) for r in rows]).astype(np.int64),
+            "dir": np.concatenate([np.full(len(r[0]), r[2]) for r in rows]).astype(np.int64),
+            "internode": np.concatenate([np.broadcast_to(np.asarray(r[3]), (len(r[0]),)) for r in rows]),
+        }
+
+
+def build_graph(job: Job, model: CostModel, p2p_mode: str | None = None) -> Graph:
+    """The execution graph of one step of ``job`` (see module docstring)."""
+    return GraphBuilder(job, model, p2p_mode).build()
