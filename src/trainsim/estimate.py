@@ -8,8 +8,8 @@ Megatron-Core's default ``overlap_p2p_comm`` where only what outlasts a chunk's 
 - 1F1B and interleaved 1F1B: ``T = (m·v − 1)·max_s(f_s + b_s + 2P) + Σ_s (f_s + b_s) + 2(p − 1)P``, which is
   ``(m + (p − 1)/v)(F + B)`` plus transfers for uniform stages (bubble fraction ``(p−1)/(m·v + p − 1)``);
 - GPipe: all forwards, then all backwards: ``(m − 1)·max(F + P) + ΣF + (m − 1)·max(B + P) + ΣB + 2(p − 1)P``;
-- ZB-H1 (zero bubble): 1F1B with ``2(p − 1)·W`` less bubble, ``W`` the weight-gradient work per micro-batch, never
-  below the busiest stage's own work.
+- ZB-H1 (zero bubble): 1F1B with ``min(m + p − 2, 2(p − 1))·W`` less bubble (exact for uniform stages: the deferred
+  weight-gradient passes ``W`` fill the bubble), never below the busiest stage's own work.
 
 Data parallelism: stage ``s`` finishes its last backward ``s·(B̄ + P)`` before stage 0 does (pipeline drain), so its
 gradient synchronisation has that much slack; with ``--overlap-grad-reduce`` all but the last bucket also hide behind
@@ -49,13 +49,15 @@ def exposed_p2p(job: Job, stages: list[StageCost]) -> float:
     """Point-to-point time on the critical path per transfer.
 
     Megatron-Core's interleaved schedule overlaps send/recv with the next chunk's compute (``overlap_p2p_comm``,
-    on by default); only what outlasts a chunk's forward is exposed. Other schedules block on each transfer.
+    on by default), and zero-bubble schedules send asynchronously; only what outlasts a chunk's forward is exposed.
+    1F1B and GPipe block on each transfer.
     """
     p = job.parallelism.pp
     if p == 1:
         return 0.0
     P = max(s.p2p for s in stages)
-    if job.schedule == "interleaved" and job.training.overlap_p2p_comm:
+    asynchronous = job.schedule == "zb-h1" or (job.schedule == "interleaved" and job.training.overlap_p2p_comm)
+    if asynchronous:
         chunk = min(s.fwd for s in stages) / job.parallelism.vpp
         return max(0.0, P - chunk)
     return P
@@ -77,9 +79,11 @@ def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
         return t, crit
     t = (m * v - 1) * cycles[crit] + sum(f) + sum(b) + 2 * (p - 1) * P
     if schedule == "zb-h1" and p > 1:
+        # deferred weight-gradient passes fill the bubble; only the last W stays on the critical path once
+        # m ≥ p: T = (m+p-1)(F+B) + max(1, m-p+1)·W, i.e. 1F1B minus min(m+p-2, 2(p-1))·W
         w = sum(s.total.wgrad for s in stages) / p
         floor = m * max(fi + bi for fi, bi in zip(f, b, strict=True)) + 2 * (m + p - 2) * P
-        t = max(floor, t - 2 * (p - 1) * w)
+        t = max(floor, t - min(m + p - 2, 2 * (p - 1)) * w)
     return t, crit
 
 

@@ -255,17 +255,11 @@ def test_memory_peak_agrees_with_the_analytic_model(kw):
 
 
 def test_memory_timeline_documented_differences(tmp_path):
-    # GPipe keeps every micro-batch's logits until its backward; the analytic model counts one
+    # GPipe keeps every micro-batch's logits until its backward; both models count all of them
     j = job(tp=2, pp=4, n=64, global_batch_size=64, schedule="gpipe")
     _, extra = simulate_job(j, memory_timeline=tmp_path / "mem.json")
     stages = extra["memory_timeline"]["stages"]
-    m = j.num_microbatches
-    tokens = 2048
-    logits = tokens * j.model.padded_vocab_size(2) / 2 * (2 + 4)
-    from trainsim.workload.memory import FRAGMENTATION
-
-    assert stages[-1]["difference_bytes"] == pytest.approx((m - 1) * logits * (1 + FRAGMENTATION), rel=1e-9)
-    assert all(s["difference_bytes"] == pytest.approx(0, abs=1) for s in stages[:-1])
+    assert all(s["difference_bytes"] == pytest.approx(0, abs=1) for s in stages)
     data = json.loads((tmp_path / "mem.json").read_text())
     series = data["stages"][0]
     assert len(series["t_s"]) == len(series["bytes"]) and max(series["bytes"]) == pytest.approx(stages[0]["peak_bytes"])
@@ -412,10 +406,9 @@ def test_event_engine_uses_measured_operator_tables():
 
 
 # ---- where the engines differ on purpose ------------------------------------------------------------------------
-def test_recompute_num_layers_recomputes_only_those_layers_unlike_the_analytic_costs():
+def test_recompute_num_layers_recomputes_only_those_layers_in_both_engines():
     """``--recompute-granularity full --recompute-num-layers N``: Megatron recomputes the first N layers of each chunk
-    and keeps the others' activations. The event engine prices exactly that; the analytic ``stage_costs`` prices a
-    recompute for every layer, so it is slower by (layers - N) recompute forwards per micro-batch (>10% here)."""
+    and keeps the others' activations; the event engine and the analytic ``stage_costs`` both price exactly that."""
     import dataclasses
 
     from trainsim.cost.comm import placements_of
@@ -436,38 +429,31 @@ def test_recompute_num_layers_recomputes_only_those_layers_unlike_the_analytic_c
         return _time_work(work, cm, places, False).bwd
 
     layers = j.layers_per_stage[1]
-    assert b.duration == pytest.approx(2 * layer_bwd("full") + (layers - 2) * layer_bwd("none"), rel=0.01)
-    analytic_body = stage_costs(j, cm)[1].body.bwd
-    assert analytic_body == pytest.approx(layers * layer_bwd("full"), rel=1e-9)  # every layer recomputed
+    expected = 2 * layer_bwd("full") + (layers - 2) * layer_bwd("none")
+    assert b.duration == pytest.approx(expected, rel=0.01)
+    assert stage_costs(j, cm)[1].body.bwd == pytest.approx(expected, rel=1e-9)
     a, e = predict(j), predict(j, engine="event")
-    assert e.iteration_time_s < 0.85 * a.iteration_time_s
-    # with every layer recomputed the engines agree again
-    j_all = job("gpt3-175b", "dgx-a100", 512, tp=8, pp=8, global_batch_size=256, recompute_granularity="full")
-    assert predict(j_all, engine="event").iteration_time_s == pytest.approx(predict(j_all).iteration_time_s, rel=0.02)
+    assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=0.05)
+    everything = job("gpt3-175b", "dgx-a100", 512, tp=8, pp=8, global_batch_size=256, recompute_granularity="full")
+    assert predict(everything).iteration_time_s > 1.1 * a.iteration_time_s
+    assert predict(j).hfu < predict(everything).hfu
 
 
-def test_zb_h1_with_fewer_micro_batches_than_stages_saves_less_than_the_analytic_formula(uniform_costs):
-    """ZB-H1 removes ``2(p-1)·W`` of 1F1B's bubble only when there are enough micro-batches to defer the weight
-    gradients into (m ≥ p). With fewer, the analytic formula still subtracts the full amount and under-estimates;
-    the event engine reproduces the schedule's exact makespan."""
+@pytest.mark.parametrize(("p", "m"), [(8, 1), (8, 3), (8, 7), (4, 3), (8, 8), (8, 16)])
+def test_zb_h1_closed_form_matches_the_schedule_for_any_number_of_micro_batches(uniform_costs, p, m):
+    """ZB-H1's makespan on uniform stages is 1F1B's minus ``min(m+p-2, 2(p-1))·W``, also with fewer micro-batches
+    than stages; the event engine reproduces the schedule exactly and the analytic estimate matches it."""
     from trainsim.estimate import estimate
 
-    p, m = 8, 3
     j = Job(model=load_model("gpt3-1.7b"), system=load_system("dgx-a100"),
             parallelism=Parallelism(pp=p, schedule="zb-h1"), training=Training(global_batch_size=m), num_gpus=p)
     cm = uniform_costs(f=1e-3, b=1e-3, w=1e-3)
     layers = j.layers_per_stage[0]
     f = b = w = layers * 1e-3
     exact = time_schedule(SCHEDULES["zb-h1"](p, m), 1, f, b, w).makespan
-    event = simulate(j, cm).step_end()[0]
-    analytic = estimate(j, cm).iteration_time_s
-    assert event == pytest.approx(exact, rel=1e-12)
-    assert analytic == pytest.approx((m + p - 1) * (f + b + w) - 2 * (p - 1) * w, rel=1e-9)
-    assert analytic < 0.9 * event
-    # with m ≥ p the closed form is exact and both engines agree
-    j = Job(model=load_model("gpt3-1.7b"), system=load_system("dgx-a100"),
-            parallelism=Parallelism(pp=p, schedule="zb-h1"), training=Training(global_batch_size=2 * p), num_gpus=p)
-    assert simulate(j, cm).step_end()[0] == pytest.approx(estimate(j, cm).iteration_time_s, rel=1e-9)
+    assert exact == pytest.approx((m + p - 1) * (f + b + w) - min(m + p - 2, 2 * (p - 1)) * w, rel=1e-12)
+    assert simulate(j, cm).step_end()[0] == pytest.approx(exact, rel=1e-12)
+    assert estimate(j, cm).iteration_time_s == pytest.approx(exact, rel=1e-9)
 
 
 def test_timeline_frame_and_step_times():

@@ -9,6 +9,8 @@ from any :class:`CostModel` (e.g. measured tables).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
@@ -18,7 +20,8 @@ from trainsim.cost.comm import Placement, collective_time, placements_of
 from trainsim.cost.compute import op_time
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
 from trainsim.workload.memory import stage_parameters
-from trainsim.workload.ops import CommOp, ComputeOp
+from trainsim.workload.ops import Collective, CommOp, ComputeOp
+from trainsim.workload.stages import stage_layer_counts
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -200,6 +203,28 @@ def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_co
     return out
 
 
+def ddp_bucket_params(job: Job) -> float:
+    """Parameters per data-parallel gradient bucket: ``--ddp-bucket-size``, else Megatron-Core's default of
+    max(40M, 1M·dp·cp) with ``--overlap-grad-reduce`` and a single bucket (infinite size) without."""
+    tr = job.training
+    if tr.ddp_bucket_size:
+        return float(tr.ddp_bucket_size)
+    if not tr.overlap_grad_reduce:
+        return math.inf
+    return float(max(40_000_000, 1_000_000 * job.dp * job.parallelism.cp))
+
+
+def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param: float, bucket_params: float,
+              place: Placement) -> tuple[float, float]:
+    """(all buckets, one bucket) of a data-parallel collective over ``params`` parameters: Megatron's DDP issues one
+    collective per bucket, so every bucket pays the collective's latency."""
+    bucket = min(params, bucket_params)
+    full, rest = divmod(params, bucket)
+    one = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", bucket * bytes_per_param), place)
+    tail = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", rest * bytes_per_param), place) if rest else 0.0
+    return full * one + tail, one
+
+
 def default_cost_model(job: Job, calibration: Calibration | None = None) -> AnalyticCostModel:
     """The analytic cost model for ``job``'s system (calibrated for its GPU generation)."""
     calib = calibration or calibration_for(job.system.gpu.generation)
@@ -213,8 +238,16 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
     shard: Shard = shard_of(job)
     places = placements_of(job)
     overlap = tr.tp_comm_overlap
-    dense = _time_work(layer_work(job.model, shard, False), model, places, overlap)
-    moe = _time_work(layer_work(job.model, shard, True), model, places, overlap) if job.model.is_moe else dense
+    blocks: dict[tuple[bool, str], BlockCost] = {}
+
+    def block(kind: tuple[bool, str]) -> BlockCost:
+        """One layer of a kind (MoE or dense, recompute mode), timed once per job."""
+        if kind not in blocks:
+            moe, mode = kind
+            sh = shard if mode == shard.recompute else dataclasses.replace(shard, recompute=mode)
+            blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap)
+        return blocks[kind]
+
     emb = _time_work(embedding_work(job.model, shard), model, places, overlap)
     head = _time_work(head_work(job.model, shard), model, places, overlap)
     empty = BlockCost()
@@ -228,25 +261,23 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
 
     shards = job.dp * par.cp
     grad_bytes_pp = 4.0 if tr.grads_in_fp32 else 2.0
-    bucket_params = tr.ddp_bucket_size or max(40_000_000, 1_000_000 * shards)
+    bucket_params = ddp_bucket_params(job)
     stages = []
-    first = 0
     for s, layers in enumerate(job.layers_per_stage):
-        n_moe = sum(1 for i in range(first, first + layers) if job.model.is_moe and i % job.model.moe_layer_freq == 0)
-        first += layers
-        body = dense.scaled(layers - n_moe) + moe.scaled(n_moe) if n_moe else dense.scaled(layers)
+        body = BlockCost()
+        for kind, count in stage_layer_counts(job, s).items():
+            body = body + block(kind).scaled(count)
         params = stage_parameters(job, s)
         grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
         dp_place = places["dp_cp"]
-        grad_sync = model.collective(CommOp("grad_sync", grad_kind, "dp_cp", "bwd", params * grad_bytes_pp), dp_place)
-        bucket = min(params, bucket_params)
-        grad_bucket = model.collective(CommOp("grad_bucket", grad_kind, "dp_cp", "bwd", bucket * grad_bytes_pp),
-                                       dp_place)
+
+        if tr.zero_stage >= 3:  # FSDP reduce-scatters each layer's gradients during backward (zero3_exposed)
+            grad_sync = grad_bucket = 0.0
+        else:
+            grad_sync, grad_bucket = _bucketed(model, grad_kind, params, grad_bytes_pp, bucket_params, dp_place)
         gather = bucket_gather = 0.0
-        if tr.zero_stage >= 1:
-            gather = model.collective(CommOp("param_gather", "all_gather", "dp_cp", "fwd", params * e), dp_place)
-            bucket_gather = model.collective(CommOp("param_bucket", "all_gather", "dp_cp", "fwd", bucket * e),
-                                             dp_place)
+        if 1 <= tr.zero_stage <= 2:
+            gather, bucket_gather = _bucketed(model, "all_gather", params, e, bucket_params, dp_place)
         emb_sync = 0.0
         tied_copy = par.pp > 1 and not job.model.untie_embeddings_and_output_weights
         if tied_copy and s in (0, par.pp - 1):

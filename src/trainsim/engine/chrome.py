@@ -22,8 +22,9 @@ import pandas as pd
 
 from trainsim.engine.timeline import STREAM_ID, STREAMS, Timeline
 from trainsim.errors import TrainsimError
-from trainsim.graph.build import COMPUTE_KINDS, Kind, chunk_layer_indices
+from trainsim.graph.build import COMPUTE_KINDS, Kind
 from trainsim.io.chrome import ChromeTraceInfo, write_chrome_trace
+from trainsim.workload.stages import chunk_layer_indices
 
 MAX_AUTO_LAYER_EVENTS = 200_000
 DETAILS = ("auto", "block", "layer")

@@ -18,11 +18,10 @@ from trainsim.graph.build import (
     Kind,
     buckets_of,
     build_graph,
-    chunk_layer_indices,
-    chunk_layers,
     chunk_parameters,
 )
 from trainsim.graph.topology import Layout
+from trainsim.workload.stages import chunk_layer_indices, chunk_layers
 
 __all__ = [
     "COMPUTE_KINDS",

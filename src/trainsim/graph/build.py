@@ -29,6 +29,7 @@ grad-norm, optimizer.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, ClassVar
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from trainsim.cost.comm import Placement, placements_of
-from trainsim.cost.job_costs import StageCost, stage_costs
+from trainsim.cost.job_costs import StageCost, ddp_bucket_params, stage_costs
 from trainsim.graph.blocks import BlockLibrary, ChunkTemplate, ceil_div, zero3_costs
 from trainsim.graph.topology import Layout
 from trainsim.schedule import BACKWARD, FORWARD, SPLIT_BACKWARD, WEIGHT, StageOrder, orders_for
@@ -44,6 +45,7 @@ from trainsim.schedule.interleaved import warmup_forwards as interleaved_warmup
 from trainsim.workload.layers import shard_of
 from trainsim.workload.memory import stage_parameters
 from trainsim.workload.ops import CommOp
+from trainsim.workload.stages import chunk_layers
 
 if TYPE_CHECKING:
     from trainsim.cost.job_costs import CostModel
@@ -237,35 +239,6 @@ def chunk_parameters(job: Job, stage: int) -> list[float]:
     return out
 
 
-def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
-    """Global indices of the transformer layers of model chunk ``chunk`` on ``stage``."""
-    p, v = job.parallelism.pp, job.parallelism.vpp
-    if v == 1:
-        first = sum(job.layers_per_stage[:stage])
-        return range(first, first + job.layers_per_stage[stage])
-    n = job.layers_per_stage[stage] // v
-    vs = chunk * p + stage
-    return range(vs * n, (vs + 1) * n)
-
-
-def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ...]:
-    """(is MoE, recompute mode) of every layer of a model chunk, in forward order.
-
-    With ``--recompute-granularity full --recompute-num-layers N`` the first ``N`` layers of each chunk are
-    recomputed and the others are not (mode ``none``).
-    """
-    model, tr = job.model, job.training
-    rc = tr.recompute_granularity
-    out = []
-    for local, layer in enumerate(chunk_layer_indices(job, stage, chunk)):
-        moe = bool(model.is_moe and layer % model.moe_layer_freq == 0)
-        mode = rc
-        if rc == "full" and tr.recompute_num_layers is not None and local >= tr.recompute_num_layers:
-            mode = "none"
-        out.append((moe, mode))
-    return tuple(out)
-
-
 def _layernorm_parameters(job: Job, stage: int) -> float:
     model = job.model
     norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
@@ -275,6 +248,8 @@ def _layernorm_parameters(job: Job, stage: int) -> float:
 
 def buckets_of(params: float, bucket_params: float) -> np.ndarray:
     """Parameters per gradient bucket in backward order (Megatron fills buckets from the last layers)."""
+    if not math.isfinite(bucket_params):
+        return np.array([float(params)])
     nb = ceil_div(params, bucket_params)
     sizes = np.full(nb, float(bucket_params))
     sizes[-1] = params - bucket_params * (nb - 1)
@@ -469,7 +444,7 @@ class GraphBuilder:
     def _dp_costs(self) -> tuple[float, float, float, float]:
         job, tr = self.job, self.job.training
         shards = job.dp * job.parallelism.cp
-        bucket_params = tr.ddp_bucket_size or max(40_000_000, 1_000_000 * shards)
+        bucket_params = ddp_bucket_params(job)
         grad_bytes = 4.0 if tr.grads_in_fp32 else 2.0
         e = 4.0 if tr.precision == "fp32" else 2.0
         return shards, bucket_params, grad_bytes, e

@@ -469,7 +469,8 @@ def write_op_trace(
     table = pd.DataFrame(index=out.index)
     for c, dt in RELEASED_SCHEMA.items():
         if c == "optype":
-            cats = [o for o in OPTYPES if o in set(out["optype"])]
+            present = set(out["optype"].unique())
+            cats = [o for o in OPTYPES if o in present]
             table[c] = pd.Categorical(out[c], categories=cats)
         elif dt.startswith("float"):
             table[c] = out[c].astype(dt)

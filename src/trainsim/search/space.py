@@ -561,8 +561,11 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
             orders, merged = distinct_rank_orders(tp, cp, ep, dp, pp, gpn, listed_orders)
             per_combination = len(orders) + merged
             pipelines = [(vpp, sched) for vpp in en.vpp_values(pp) for sched in en.schedule_values(pp, vpp)]
+            open_vpp = en.given("vpp", 1) is None
             for (vpp, schedule), mbs, recompute, zero, sp in itertools.product(
                     pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp)):
+                if vpp > 1 and open_vpp and (en.gbs // (mbs * dp)) % pp:
+                    continue  # interleaving needs micro-batches divisible by pp: not an open value for this mbs
                 if (recompute == "selective" and "none" in recompute_values
                         and en.selective_is_none(probe, tp, cp, ep, sp, mbs)):
                     out.equivalent += per_combination

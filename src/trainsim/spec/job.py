@@ -199,6 +199,13 @@ def validate_job(job: Job) -> None:
             f"global batch {gbs} is not divisible by micro batch × dp = {mbs}·{dp} = {mbs * dp}",
             "make the global batch a multiple of mbs·dp",
         )
+    microbatches = gbs // (mbs * dp)
+    if schedule == "interleaved" and microbatches % pp:
+        raise TrainsimError(
+            "training.global_batch_size",
+            f"the interleaved schedule needs micro-batches per pipeline ({microbatches}) divisible by pp = {pp}",
+            "make gbs/(mbs·dp) a multiple of pp, or use the non-interleaved 1f1b schedule",
+        )
     # sequence / context parallelism
     seq = job.seq_length
     if cp > 1 and m.causal and seq % (2 * cp):

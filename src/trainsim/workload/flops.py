@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from trainsim.workload.stages import stage_layer_counts
+
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
@@ -78,9 +80,9 @@ def iteration_flops(job: Job, convention: FlopsConvention = "megatron") -> Itera
     hardware = model_flops
     if tr.recompute_granularity == "full":
         layers_fwd = fwd - 2.0 * tokens * model.hidden_size * model.padded_vocab_size()
-        recomputed = tr.recompute_num_layers
-        share = 1.0 if recomputed is None else min(1.0, recomputed * job.parallelism.pp / model.num_layers)
-        hardware += layers_fwd * share
+        recomputed = sum(n for s in range(job.parallelism.pp) for (_moe, mode), n in stage_layer_counts(job, s).items()
+                         if mode == "full")
+        hardware += layers_fwd * recomputed / model.num_layers
     elif tr.recompute_granularity == "selective" and tr.attention == "unfused":
         hardware += model.num_layers * _attention_score_flops(model, tokens, seq, "megatron")
     return IterationFlops(model_flops, hardware, convention)

@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainsim.workload.stages import stage_layer_counts
+
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
@@ -193,35 +195,23 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     if tr.zero_stage >= 3:  # two gathered layers in flight (current and prefetched)
         weights += 2 * model.layer_params / tp * (2.0 if tr.precision != "fp32" else 4.0)
 
-    layers = job.layers_per_stage[stage]
-    recompute = tr.recompute_granularity
-    first_layer = sum(job.layers_per_stage[:stage])
+    q = 1.0 if tr.precision == "fp8" else e
     per_mb = 0.0
     full_layer = 0.0
-    recomputed = layers if tr.recompute_num_layers is None else min(layers, tr.recompute_num_layers)
-    q = 1.0 if tr.precision == "fp8" else e
-    sizes: dict[tuple[bool, str], float] = {}  # activation bytes per (MoE layer?, recompute mode): layers repeat
-
-    def size(is_moe: bool, mode: str) -> float:
-        key = (is_moe, mode)
-        if key not in sizes:
-            sizes[key] = layer_activation_bytes(model, b, seq, tp, cp, sp, mode, tr.attention, e, is_moe, q)
-        return sizes[key]
-
-    for i, layer in enumerate(range(first_layer, first_layer + layers)):
-        is_moe = model.is_moe and layer % model.moe_layer_freq == 0
-        mode = recompute if (recompute != "full" or i < recomputed) else "selective"
-        per_mb += size(is_moe, mode)
-        if recompute == "full":
-            full_layer = max(full_layer, size(is_moe, "none"))
+    for (is_moe, mode), count in stage_layer_counts(job, stage).items():
+        per_mb += count * layer_activation_bytes(model, b, seq, tp, cp, sp, mode, tr.attention, e, is_moe, q)
+        if mode == "full":  # the layer being recomputed holds its whole working set during its backward
+            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none", tr.attention, e,
+                                                                is_moe, q))
     tokens = b * seq / cp
     if stage == 0 and model.hidden_dropout > 0:
         per_mb += tokens * model.hidden_size / (tp if sp else 1)  # embedding dropout mask
     inflight = in_flight_microbatches(job.schedule, stage, pp, job.num_microbatches, par.vpp)
     activations = per_mb * inflight + full_layer
-    if stage == pp - 1:
+    if stage == pp - 1:  # logits (16-bit and the fp32 copy of the cross-entropy) until each micro-batch's backward
         vocab = model.padded_vocab_size(tp) / tp
-        activations += tokens * vocab * (e + 4.0)
+        held = job.num_microbatches if job.schedule == "gpipe" else 1
+        activations += tokens * vocab * (e + 4.0) * held
     groups = sum(1 for size in (tp, cp, par.ep, job.dp, pp) if size > 1)
     if pp > 1 and stage in (0, pp - 1) and not model.untie_embeddings_and_output_weights:
         groups += 1  # embedding group
