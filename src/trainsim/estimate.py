@@ -13,10 +13,11 @@ Megatron-Core's default ``overlap_p2p_comm`` where only what outlasts a chunk's 
 
 Data parallelism: stage ``s`` finishes its last backward ``s·(B̄ + P)`` before stage 0 does (pipeline drain), so its
 gradient synchronisation has that much slack; with ``--overlap-grad-reduce`` all but the last bucket also hide behind
-the last micro-batch's backward. The tied-embedding all-reduce follows; the optimizer step waits for every stage (the
-gradient-norm all-reduce is a global barrier); with the distributed optimizer the parameter all-gather follows it, or
-hides behind the next forward with ``--overlap-param-gather``. The exposed times by category sum to the iteration
-time.
+the last micro-batch's backward, which runs slower by the overlap factor while it hides them (as does the forward
+hiding the parameter all-gather and the compute hiding ZeRO-3 gathers). The tied-embedding all-reduce follows; the
+optimizer step waits for every stage (the gradient-norm all-reduce is a global barrier); with the distributed
+optimizer the parameter all-gather follows it, or hides behind the next forward with ``--overlap-param-gather``. The
+exposed times by category sum to the iteration time.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
     return t, crit
 
 
-def _dp_exposed(job: Job, stages: list[StageCost]) -> float:
+def _dp_exposed(job: Job, stages: list[StageCost], slow: float) -> float:
     tr = job.training
     p = job.parallelism.pp
     P = exposed_p2p(job, stages)
@@ -98,13 +99,15 @@ def _dp_exposed(job: Job, stages: list[StageCost]) -> float:
         if tr.overlap_grad_reduce:
             last_bwd = s.bwd / job.parallelism.vpp
             sync = max(s.grad_bucket, s.grad_sync - last_bwd)
+            hidden = s.grad_sync - sync
+            sync += slow * min(hidden, last_bwd)  # the backward it hides behind runs slower
         else:
             sync = s.grad_sync
         finish.append(sync + s.embedding_sync - slack)
     return max(0.0, max(finish))
 
 
-def _param_gather_exposed(job: Job, stages: list[StageCost]) -> float:
+def _param_gather_exposed(job: Job, stages: list[StageCost], slow: float) -> float:
     tr = job.training
     if tr.zero_stage < 1 or tr.zero_stage >= 3:
         return 0.0
@@ -114,7 +117,8 @@ def _param_gather_exposed(job: Job, stages: list[StageCost]) -> float:
     exposed = []
     for s in stages:
         window = s.stage * (stages[0].fwd / job.parallelism.vpp + P) + s.fwd / job.parallelism.vpp
-        exposed.append(max(s.param_bucket, s.param_gather - window))
+        shown = max(s.param_bucket, s.param_gather - window)
+        exposed.append(shown + slow * min(s.param_gather - shown, s.fwd / job.parallelism.vpp))
     return max(0.0, max(exposed))
 
 
@@ -133,7 +137,8 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     pp_comm = (2 * (m * v - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
     if job.schedule == "gpipe":
         pp_comm = (2 * (m - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
-    dp = _dp_exposed(job, stages) + _param_gather_exposed(job, stages) + m * zero3
+    slow = model.calibration.overlap_slowdown
+    dp = _dp_exposed(job, stages, slow) + _param_gather_exposed(job, stages, slow) + m * zero3
     optimizer = max(s.optimizer for s in stages)
     other = model.calibration.iteration_overhead_s
     bubble = pipe - compute - sum(comm.values()) - pp_comm - m * zero3

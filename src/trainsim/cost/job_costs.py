@@ -293,7 +293,9 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             rs = model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd", per_layer * 2), dp_place)
             per_layer_fwd = body.fwd / max(layers, 1)
             per_layer_bwd = body.bwd / max(layers, 1)
-            zero3 = layers * (max(0.0, ag - per_layer_fwd) + max(0.0, ag + rs - per_layer_bwd))
+            slow = model.calibration.overlap_slowdown  # compute under the prefetched gathers runs slower
+            zero3 = layers * (max(0.0, ag - per_layer_fwd) + max(0.0, ag + rs - per_layer_bwd)
+                              + slow * (min(ag, per_layer_fwd) + min(ag + rs, per_layer_bwd)))
         stages.append(StageCost(
             stage=s, layers=layers, body=body,
             pre=emb if s == 0 else empty, post=head if s == par.pp - 1 else empty,
