@@ -12,27 +12,15 @@ from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
-from trainsim.workload.memory import memory_per_stage
+from trainsim.workload.memory import StageMemory, memory_per_stage
 
 SECONDS_PER_DAY = 86400.0
-
-
-class StageMemoryOut(BaseModel):
-    """Memory of one GPU of a pipeline stage (bytes)."""
-
-    stage: int
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    other_bytes: float
-    total_bytes: float
 
 
 class MemoryOut(BaseModel):
     """Memory per stage, the peak, and whether it fits."""
 
-    per_stage: list[StageMemoryOut]
+    per_stage: list[StageMemory]
     peak_bytes: float
     capacity_bytes: float
     fits: bool
@@ -127,9 +115,8 @@ def training_cost(job: Job, iteration_time_s: float, tokens: float,
 
 def memory_report(job: Job) -> MemoryOut:
     """Per-stage memory, peak and fit."""
-    stages = memory_per_stage(job)
-    per_stage = [StageMemoryOut(**s.as_dict()) for s in stages]
-    peak = max(s.total_bytes for s in stages)
+    per_stage = memory_per_stage(job)
+    peak = max(s.total_bytes for s in per_stage)
     capacity = job.system.gpu.hbm_capacity
     return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity)
 

@@ -30,8 +30,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from trainsim.workload.stages import stage_layer_counts
 
@@ -44,9 +45,10 @@ NCCL_BYTES_PER_GROUP = 0.15e9
 FRAGMENTATION = 0.08
 
 
-@dataclass(frozen=True, slots=True)
-class StageMemory:
+class StageMemory(BaseModel):
     """Peak memory of one GPU of a pipeline stage, in bytes."""
+
+    model_config = ConfigDict(frozen=True)
 
     stage: int
     weights_bytes: float
@@ -55,23 +57,12 @@ class StageMemory:
     activations_bytes: float
     other_bytes: float
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total_bytes(self) -> float:
         """Sum of all parts."""
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
                 + self.other_bytes)
-
-    def as_dict(self) -> dict[str, float]:
-        """JSON-ready dictionary."""
-        return {
-            "stage": self.stage,
-            "weights_bytes": self.weights_bytes,
-            "gradients_bytes": self.gradients_bytes,
-            "optimizer_bytes": self.optimizer_bytes,
-            "activations_bytes": self.activations_bytes,
-            "other_bytes": self.other_bytes,
-            "total_bytes": self.total_bytes,
-        }
 
 
 def bytes_per_param(precision: str, zero_stage: int, shards: int,
@@ -216,7 +207,8 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     if pp > 1 and stage in (0, pp - 1) and not model.untie_embeddings_and_output_weights:
         groups += 1  # embedding group
     other = CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups + FRAGMENTATION * activations
-    return StageMemory(stage, weights, params * g, params * o, activations, other)
+    return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=params * g, optimizer_bytes=params * o,
+                       activations_bytes=activations, other_bytes=other)
 
 
 def memory_per_stage(job: Job) -> list[StageMemory]:
