@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -24,7 +25,7 @@ Progress = Callable[[int], None]  # called with the number of items just finishe
 ChunkFn = Callable[[Any, Any], list[Any]]
 
 
-class Backend:
+class Backend(ABC):
     """Runs ``fn(context, chunk)`` for every chunk."""
 
     name = "base"
@@ -34,12 +35,12 @@ class Backend:
             raise TrainsimError("workers", f"must be at least 1 (got {workers})", "use --workers 1 or more")
         self.workers = workers or default_workers()
 
+    @abstractmethod
     def map(self, fn: ChunkFn, context: Any, chunks: Sequence[Sequence[Any]],
             progress: Progress | None = None) -> list[list[Any]]:
         """Results of every chunk, in chunk order."""
-        raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: backends without workers have nothing to release
         """Release workers."""
 
     def __enter__(self) -> Backend:
