@@ -2,17 +2,7 @@ import json
 
 import pytest
 
-from trainsim.cli import main
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from cli_helpers import run
 
 
 def test_vtrain_table_iii_budget_json(capsys):

@@ -4,17 +4,7 @@ import sys
 
 import pytest
 
-from trainsim.cli import main
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from cli_helpers import run
 
 
 def test_predict_json_on_presets(capsys):

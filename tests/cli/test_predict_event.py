@@ -2,28 +2,14 @@ import json
 
 import pytest
 
-from trainsim.cli import main
+from cli_helpers import one_line_error, run
 
 SMALL = ["--model", "llama2-7b", "--system", "dgx-h100", "--num-gpus", "32", "--tp", "2", "--pp", "4", "--gbs", "32",
          "--use-distributed-optimizer"]
 
 
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
-def one_line_error(code, err, *words):
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), err
-    assert "Traceback" not in err
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 def test_event_json_has_the_analytic_fields_and_more(capsys):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainsim.cli import main
+from cli_helpers import one_line_error, run
 from trainsim.cost.tables import read_table
 
 DATA = Path(__file__).resolve().parents[1] / "io" / "data"
@@ -21,20 +21,8 @@ CPU_SYSTEM = {
 }
 
 
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
-def one_line_error(code, err, words):
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], err
-    assert "Traceback" not in err
 
 
 def test_import_nccl_tests_writes_a_collective_table(tmp_path, capsys):

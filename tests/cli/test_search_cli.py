@@ -4,7 +4,7 @@ import sys
 import pandas as pd
 import pytest
 
-from trainsim.cli import main
+from cli_helpers import run
 from trainsim.search import CANDIDATE_KEYS
 from trainsim.search.options import space_from_options, typed_value
 from trainsim.search.space import OPEN
@@ -14,14 +14,6 @@ MTNLG = ["search", "-m", "mt-nlg-530b", "-s", "dgx-a100", "--tp", "4,8,16", "--d
          "--recompute-granularity", "full", "--train-tokens", "270e9", "--others", "default"]
 
 
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_mtnlg_grid_json(capsys):
