@@ -64,10 +64,9 @@ def exposed_p2p(job: Job, stages: list[StageCost]) -> float:
     return P
 
 
-def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
+def _pipeline_time(job: Job, stages: list[StageCost], P: float) -> tuple[float, int]:
     par = job.parallelism
     p, v, m = par.pp, par.vpp, job.num_microbatches
-    P = exposed_p2p(job, stages)
     f = [s.fwd / v for s in stages]
     b = [s.bwd / v for s in stages]
     cycles = [fi + bi + 2 * P for fi, bi in zip(f, b, strict=True)]
@@ -88,10 +87,9 @@ def _pipeline_time(job: Job, stages: list[StageCost]) -> tuple[float, int]:
     return t, crit
 
 
-def _dp_exposed(job: Job, stages: list[StageCost], slow: float) -> float:
+def _dp_exposed(job: Job, stages: list[StageCost], P: float, slow: float) -> float:
     tr = job.training
     p = job.parallelism.pp
-    P = exposed_p2p(job, stages)
     mean_b = sum(s.bwd for s in stages) / p / job.parallelism.vpp
     finish = []
     for s in stages:
@@ -107,13 +105,12 @@ def _dp_exposed(job: Job, stages: list[StageCost], slow: float) -> float:
     return max(0.0, max(finish))
 
 
-def _param_gather_exposed(job: Job, stages: list[StageCost], slow: float) -> float:
+def _param_gather_exposed(job: Job, stages: list[StageCost], P: float, slow: float) -> float:
     tr = job.training
     if tr.zero_stage < 1 or tr.zero_stage >= 3:
         return 0.0
     if not tr.overlap_param_gather:
         return max(s.param_gather for s in stages)
-    P = exposed_p2p(job, stages)
     exposed = []
     for s in stages:
         window = s.stage * (stages[0].fwd / job.parallelism.vpp + P) + s.fwd / job.parallelism.vpp
@@ -128,17 +125,17 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     stages = stage_costs(job, model)
     m, v = job.num_microbatches, job.parallelism.vpp
     p = job.parallelism.pp
-    pipe, crit = _pipeline_time(job, stages)
+    P = exposed_p2p(job, stages)
+    pipe, crit = _pipeline_time(job, stages, P)
     c = stages[crit].total
     zero3 = stages[crit].zero3_exposed
     compute = m * (c.fwd_compute + c.bwd_compute + c.overlap_penalty_fwd + c.overlap_penalty_bwd)
     comm = {g: m * c.exposed.get(g, 0.0) for g in ("tp", "cp", "ep")}
-    P = exposed_p2p(job, stages)
     pp_comm = (2 * (m * v - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
     if job.schedule == "gpipe":
         pp_comm = (2 * (m - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
     slow = model.calibration.overlap_slowdown
-    dp = _dp_exposed(job, stages, slow) + _param_gather_exposed(job, stages, slow) + m * zero3
+    dp = _dp_exposed(job, stages, P, slow) + _param_gather_exposed(job, stages, P, slow) + m * zero3
     optimizer = max(s.optimizer for s in stages)
     other = model.calibration.iteration_overhead_s
     bubble = pipe - compute - sum(comm.values()) - pp_comm - m * zero3

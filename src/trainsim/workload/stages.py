@@ -5,6 +5,7 @@ Shared by the analytic costs, the memory model and the execution graph so that a
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,12 +18,15 @@ def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
     Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the ``chunk·p + stage``-th block of
     ``layers / (p·v)`` consecutive layers.
     """
-    p, v = job.parallelism.pp, job.parallelism.vpp
-    if v == 1:
-        first = sum(job.layers_per_stage[:stage])
-        return range(first, first + job.layers_per_stage[stage])
-    n = job.layers_per_stage[stage] // v
-    vs = chunk * p + stage
+    return _indices(job.layers_per_stage, job.parallelism.pp, job.parallelism.vpp, stage, chunk)
+
+
+def _indices(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int) -> range:
+    if vpp == 1:
+        first = sum(layers_per_stage[:stage])
+        return range(first, first + layers_per_stage[stage])
+    n = layers_per_stage[stage] // vpp
+    vs = chunk * pp + stage
     return range(vs * n, (vs + 1) * n)
 
 
@@ -32,22 +36,40 @@ def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ..
     With ``--recompute-granularity full --recompute-num-layers N`` the first ``N`` layers of each chunk are
     recomputed (Megatron's ``block`` method) and the others are not (mode ``none``).
     """
-    model, tr = job.model, job.training
-    rc = tr.recompute_granularity
-    out = []
-    for local, layer in enumerate(chunk_layer_indices(job, stage, chunk)):
-        moe = bool(model.is_moe and layer % model.moe_layer_freq == 0)
-        mode = rc
-        if rc == "full" and tr.recompute_num_layers is not None and local >= tr.recompute_num_layers:
-            mode = "none"
-        out.append((moe, mode))
-    return tuple(out)
+    par, model, tr = job.parallelism, job.model, job.training
+    return _chunk_kinds(job.layers_per_stage, par.pp, par.vpp, stage, chunk, model.is_moe, model.moe_layer_freq,
+                        tr.recompute_granularity, tr.recompute_num_layers)
 
 
 def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
-    """How many layers of each (is MoE, recompute mode) kind ``stage`` holds over all its chunks."""
+    """How many layers of each (is MoE, recompute mode) kind ``stage`` holds over all its chunks.
+
+    Called for every stage by the cost, memory and FLOP models (and for every search candidate), so the layer kinds
+    are cached on the few values they depend on.
+    """
+    par, model, tr = job.parallelism, job.model, job.training
+    return dict(_stage_counts(job.layers_per_stage, par.pp, par.vpp, stage, model.is_moe, model.moe_layer_freq,
+                              tr.recompute_granularity, tr.recompute_num_layers))
+
+
+@lru_cache(maxsize=8192)
+def _stage_counts(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, is_moe: bool, moe_freq: int,
+                  recompute: str, recompute_num_layers: int | None) -> tuple[tuple[tuple[bool, str], int], ...]:
     counts: dict[tuple[bool, str], int] = {}
-    for chunk in range(job.parallelism.vpp):
-        for kind in chunk_layers(job, stage, chunk):
+    for chunk in range(vpp):
+        for kind in _chunk_kinds(layers_per_stage, pp, vpp, stage, chunk, is_moe, moe_freq, recompute,
+                                 recompute_num_layers):
             counts[kind] = counts.get(kind, 0) + 1
-    return counts
+    return tuple(counts.items())
+
+
+@lru_cache(maxsize=8192)
+def _chunk_kinds(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int, is_moe: bool,
+                 moe_freq: int, recompute: str, recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
+    out = []
+    for local, layer in enumerate(_indices(layers_per_stage, pp, vpp, stage, chunk)):
+        mode = recompute
+        if recompute == "full" and recompute_num_layers is not None and local >= recompute_num_layers:
+            mode = "none"
+        out.append((bool(is_moe and layer % moe_freq == 0), mode))
+    return tuple(out)
