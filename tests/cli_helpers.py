@@ -16,7 +16,7 @@ def run(args: list[str], capsys) -> tuple[int, str, str]:  # type: ignore[no-unt
     return code, out.out, out.err
 
 
-def one_line_error(code: int, err: str, *words: str) -> None:
+def check_one_line_error(code: int, err: str, *words: str) -> None:
     """Assert a user error: exit code 2, one line on stderr starting with ``error:``, no traceback, all ``words``."""
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), err

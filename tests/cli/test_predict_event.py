@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from cli_helpers import one_line_error, run
+from cli_helpers import check_one_line_error, run
 
 SMALL = ["--model", "llama2-7b", "--system", "dgx-h100", "--num-gpus", "32", "--tp", "2", "--pp", "4", "--gbs", "32",
          "--use-distributed-optimizer"]
@@ -34,11 +34,11 @@ def test_readable_event_output(capsys):
 
 def test_event_only_options_need_the_event_engine(capsys):
     code, _, err = run(["predict", *SMALL, "--trace", "t.json", "--slow-rank", "3=2"], capsys)
-    one_line_error(code, err, "--trace", "--slow-rank", "--engine event")
+    check_one_line_error(code, err, "--trace", "--slow-rank", "--engine event")
     code, _, err = run(["predict", *SMALL, "--steps", "2"], capsys)
-    one_line_error(code, err, "--steps", "needs the event engine")
+    check_one_line_error(code, err, "--steps", "needs the event engine")
     code, _, err = run(["predict", *SMALL, "--memory-timeline"], capsys)
-    one_line_error(code, err, "--memory-timeline")
+    check_one_line_error(code, err, "--memory-timeline")
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -57,7 +57,7 @@ def test_event_only_options_need_the_event_engine(capsys):
 def test_bad_event_options_are_one_line_errors(args, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = run(["predict", *SMALL, "--engine", "event", *args], capsys)
-    one_line_error(code, err, *words)
+    check_one_line_error(code, err, *words)
 
 
 def test_memory_timeline_with_and_without_a_file(capsys, tmp_path):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli_helpers import one_line_error, run
+from cli_helpers import check_one_line_error, run
 from trainsim.cost.tables import read_table
 
 DATA = Path(__file__).resolve().parents[1] / "io" / "data"
@@ -43,11 +43,11 @@ def test_import_nccl_tests_writes_a_collective_table(tmp_path, capsys):
 def test_import_errors_are_one_line(tmp_path, capsys):
     out = str(tmp_path / "t.parquet")
     code, _, err = run(["import-nccl-tests", str(DATA / "reduce_scatter_16xh100_srun.txt"), "--out", out], capsys)
-    one_line_error(code, err, "--collective")
+    check_one_line_error(code, err, "--collective")
     code, _, err = run(["import-nccl-tests", str(DATA / "all_reduce_8xh100.txt"), "--out", out, "-n", "16"], capsys)
-    one_line_error(code, err, "num_gpus")
+    check_one_line_error(code, err, "num_gpus")
     code, _, err = run(["import-nccl-tests", str(tmp_path / "missing.log"), "--out", out], capsys)
-    one_line_error(code, err, "does not exist")
+    check_one_line_error(code, err, "does not exist")
 
 
 def test_comm_costs_fit_comm_and_calibration_in_predict(tmp_path, capsys):
@@ -69,7 +69,7 @@ def test_comm_costs_fit_comm_and_calibration_in_predict(tmp_path, capsys):
     code, out, err = run([*job, "--calibration", str(calib), "--system", str(sys_out)], capsys)
     assert code == 0, err
     code, _, err = run(["fit-comm", str(table), "--system", "dgx-a100"], capsys)
-    one_line_error(code, err, "(a100)")
+    check_one_line_error(code, err, "(a100)")
 
 
 def test_profile_on_cpu_then_predict_with_the_table(tmp_path, capsys):
@@ -88,7 +88,7 @@ def test_profile_on_cpu_then_predict_with_the_table(tmp_path, capsys):
     assert code == 0, err
     assert json.loads(out)["measured_compute_fraction"] == pytest.approx(1.0)
     code, _, err = run(["predict", *TINY, "--gbs", "2", "--op-costs", str(table)], capsys)
-    one_line_error(code, err, "measured on cpu")
+    check_one_line_error(code, err, "measured on cpu")
     code, out, err = run(["profile", *TINY, "--device", "cpu", "--out", str(tmp_path / "p2.parquet"), *FAST,
                           "--no-optimizer", "--quiet"], capsys)
     assert code == 0 and "one layer: forward" in out and "wrote" in out
@@ -113,13 +113,13 @@ def test_profile_sweep_on_cpu(tmp_path, capsys):
 def test_profile_argument_errors(tmp_path, capsys):
     out = str(tmp_path / "x.parquet")
     code, _, err = run(["profile", "--device", "cpu", "--out", out], capsys)
-    one_line_error(code, err, "profile needs a model")
+    check_one_line_error(code, err, "profile needs a model")
     code, _, err = run(["profile", *TINY, "--device", "tpu", "--out", out], capsys)
-    one_line_error(code, err, "device")
+    check_one_line_error(code, err, "device")
     code, _, err = run(["profile", "--sweep", "--device", "cpu", "--out", out, "--gemm-sizes", "a,b"], capsys)
-    one_line_error(code, err, "gemm_sizes")
+    check_one_line_error(code, err, "gemm_sizes")
     code, _, err = run(["merge-tables", str(DATA / "all_reduce_8xh100.txt"), "--out", out], capsys)
-    one_line_error(code, err, "cannot read")
+    check_one_line_error(code, err, "cannot read")
 
 
 def test_profile_without_torch_says_how_to_install_it(tmp_path, capsys, monkeypatch):
@@ -129,7 +129,7 @@ def test_profile_without_torch_says_how_to_install_it(tmp_path, capsys, monkeypa
     for name in ("trainsim.profile.builders", "trainsim.profile.kernels", "trainsim.profile.timing"):
         monkeypatch.delitem(sys.modules, name, raising=False)  # as in a fresh process
     code, _, err = run(["profile", *TINY, "--device", "cpu", "--out", str(tmp_path / "x.parquet")], capsys)
-    one_line_error(code, err, "trainsim[profile]")
+    check_one_line_error(code, err, "trainsim[profile]")
 
 
 def test_trainsim_does_not_import_torch_outside_profiling():

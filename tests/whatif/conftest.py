@@ -34,18 +34,7 @@ def traces() -> Path:
 @pytest.fixture
 def hand_times() -> OpTimes:
     """Exactly representable op times: stage 1 computes 2x slower, the rest is free (worked by hand)."""
-    return OpTimes(
-        forward=[1.0, 2.0],
-        backward=[2.0, 4.0],
-        p2p=0.0,
-        params_all_gather=0.0,
-        grads_reduce_scatter=0.0,
-        layernorm=0.0,
-        embedding=0.0,
-        clip=0.0,
-        optimizer=0.0,
-        gc=0.0,
-    )
+    return OpTimes.compute_only(forward=[1.0, 2.0], backward=[2.0, 4.0])
 
 
 @pytest.fixture

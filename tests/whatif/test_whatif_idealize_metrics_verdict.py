@@ -30,18 +30,7 @@ def test_config_validation():
 
 
 def test_idealization_statistic_changes_the_ideal():
-    times = OpTimes(
-        forward=[1.0, 1.0],
-        backward=[2.0, 2.0],
-        p2p=0.0,
-        params_all_gather=0.0,
-        grads_reduce_scatter=0.0,
-        layernorm=0.0,
-        embedding=0.0,
-        clip=0.0,
-        optimizer=0.0,
-        gc=0.0,
-    )
+    times = OpTimes.compute_only(forward=[1.0, 1.0], backward=[2.0, 2.0])
     df, meta = synthetic_trace(pp=2, dp=4, microbatches=2, steps=1, times=times, slow_workers={(3, 1): 5.0})
     mean = analyze_trace(df, meta)
     median = analyze_trace(df, meta, ideal=IdealizeConfig(compute_stat="median"))

@@ -27,7 +27,7 @@ def expected(traces: Path) -> dict:
     return {name: json.loads((d / f"{name}-ST.json").read_text()) for name in ("result", "ms", "mw")}
 
 
-def _close(got: dict, want: dict) -> None:
+def check_close(got: dict, want: dict) -> None:
     assert set(map(str, got)) == set(map(str, want))
     for k, v in want.items():
         assert got[str(k)] == pytest.approx(v, rel=RTOL), k
@@ -52,15 +52,15 @@ def test_step_times(st, expected):
         assert set(got) == set(want)
         for k, v in want.items():
             assert got[k] == pytest.approx(v, rel=RTOL), (key, k)
-    _close(st.to_dict()["slowdown_by_step"], res["blocking_step_slowdown"])
+    check_close(st.to_dict()["slowdown_by_step"], res["blocking_step_slowdown"])
 
 
 def test_attribution(st, expected):
     res = expected["result"]
     d = st.to_dict()
-    _close(d["slowdown_by_optype"], res["blocking_decompose_by_optype"])
-    _close(d["slowdown_by_stage"], res["blocking_decompose_by_stage"])
-    _close(d["slowdown_by_dp_rank"], res["blocking_decompose_by_dp_rank"])
+    check_close(d["slowdown_by_optype"], res["blocking_decompose_by_optype"])
+    check_close(d["slowdown_by_stage"], res["blocking_decompose_by_stage"])
+    check_close(d["slowdown_by_dp_rank"], res["blocking_decompose_by_dp_rank"])
     assert d["launch_delay_by_optype"] is None and res["launch_decompose_by_optype"] is None
 
 
@@ -73,7 +73,7 @@ def test_attribution_per_step(st, expected):
     ):
         for step, row in res[key].items():
             got = {str(c): float(v) for c, v in table.loc[int(step)].items()}
-            _close(got, row)
+            check_close(got, row)
 
 
 def test_shares(st, expected):

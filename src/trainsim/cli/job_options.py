@@ -29,11 +29,12 @@ class JobOption:
     field: str  # field in that section
     help: str
     default: Any = None
+    inverted: bool = False  # a flag that turns its field off (Megatron's --no-... style)
 
 
-def _o(name: str, flags: tuple[str, ...], kind: type, section: str, field: str, help: str, default: Any = None
-       ) -> JobOption:
-    return JobOption(name, flags, kind, section, field, help, default)
+def _o(name: str, flags: tuple[str, ...], kind: type, section: str, field: str, help: str, default: Any = None,
+       inverted: bool = False) -> JobOption:
+    return JobOption(name, flags, kind, section, field, help, default, inverted)
 
 
 JOB_OPTIONS: tuple[JobOption, ...] = (
@@ -101,14 +102,14 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     _o("tp_comm_overlap", ("--tp-comm-overlap",), bool, "training", "tp_comm_overlap",
        "overlap TP communication with GEMMs"),
     _o("no_overlap_p2p_comm", ("--no-overlap-p2p-communication",), bool, "training", "overlap_p2p_comm",
-       "interleaved schedule: block on pipeline send/recv"),
+       "interleaved schedule: block on pipeline send/recv", inverted=True),
     _o("fp16", ("--fp16",), bool, "training", "precision", "fp16 mixed precision"),
     _o("bf16", ("--bf16",), bool, "training", "precision", "bf16 mixed precision (default)"),
     _o("fp8", ("--fp8",), bool, "training", "precision", "FP8 GEMMs (Transformer Engine)"),
     _o("fp32", ("--fp32",), bool, "training", "precision", "fp32 training (TF32 GEMMs)"),
     _o("attention", ("--attention",), str, "training", "attention", "flash or unfused core attention"),
     _o("grad_reduce_in_bf16", ("--grad-reduce-in-bf16",), bool, "training", "grad_reduce_in_fp32",
-       "reduce gradients in 16-bit instead of fp32"),
+       "reduce gradients in 16-bit instead of fp32", inverted=True),
     _o("train_tokens", ("--train-tokens",), float, "training", "train_tokens", "tokens to train on (e.g. 300e9)"),
 )
 
@@ -167,7 +168,7 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
         opt = _BY_NAME[name]
         if opt.section == "job" or name in PRECISION_FLAGS or value is None or value is False:
             continue
-        if name in ("grad_reduce_in_bf16", "no_overlap_p2p_comm"):
+        if opt.inverted:
             value = False
         elif name == "use_distributed_optimizer":
             if values.get("zero_stage") is not None and values["zero_stage"] < 1:

@@ -149,6 +149,15 @@ def _num(s: str) -> float:
     return float(s)
 
 
+def _parse_row_or_none(tokens: list[str], columns: list[str], time_unit: float,
+                       bw_unit: float) -> list[dict[str, Any]] | None:
+    """:func:`_parse_row`, or ``None`` for a line that is not a result row (counted as skipped by the caller)."""
+    try:
+        return _parse_row(tokens, columns, time_unit, bw_unit)
+    except ValueError:
+        return None
+
+
 def _parse_row(tokens: list[str], columns: list[str], time_unit: float, bw_unit: float) -> list[dict[str, Any]]:
     """Rows (out-of-place, in-place) of one result line; raises ValueError when it is not one.
 
@@ -252,11 +261,10 @@ def parse_text(text: str) -> list[NcclRun]:
         if current is not None:
             columns = current.columns or _default_columns(tokens)
             if columns is not None:
-                try:
-                    current.rows += _parse_row(tokens, columns, current.time_unit, current.bw_unit)
+                parsed = _parse_row_or_none(tokens, columns, current.time_unit, current.bw_unit)
+                if parsed is not None:
+                    current.rows += parsed
                     continue
-                except ValueError:
-                    pass
             if looks_like_row:
                 current.skipped_lines += 1
                 continue

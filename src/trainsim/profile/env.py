@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
 import re
@@ -15,24 +16,20 @@ from trainsim.cost.tables import gpu_key
 
 def cpu_name() -> str:
     """The CPU model (``/proc/cpuinfo``'s model name, else the platform's processor string)."""
-    try:
+    with contextlib.suppress(OSError):  # no /proc: fall back to the platform's string
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine() or "cpu"
 
 
 def nvidia_driver_version() -> str:
     """The NVIDIA kernel driver version, or ``""`` where it cannot be found."""
-    try:
+    with contextlib.suppress(OSError):  # no driver file: ask nvidia-smi below
         text = Path("/proc/driver/nvidia/version").read_text()
         m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+\.\d+(?:\.\d+)?)", text)
         if m:
             return m.group(1)
-    except OSError:
-        pass
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10, check=False)

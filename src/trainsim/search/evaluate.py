@@ -95,9 +95,7 @@ class Candidate:
     @property
     def spec(self) -> CandidateSpec:
         """The configuration alone."""
-        return CandidateSpec(self.num_gpus, self.tp, self.pp, self.vpp, self.cp, self.ep, self.dp,
-                             self.micro_batch_size, self.schedule, self.recompute, self.zero_stage,
-                             self.sequence_parallel, self.rank_order)
+        return CandidateSpec(*(getattr(self, name) for name in CandidateSpec._fields))
 
     @property
     def breakdown_s(self) -> dict[str, float] | None:

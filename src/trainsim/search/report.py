@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from trainsim.cli.output import fmt_seconds
 from trainsim.search.evaluate import Candidate
 
 if TYPE_CHECKING:
@@ -29,15 +30,7 @@ def _money(x: float | None) -> str:
 
 
 def _time(s: float | None) -> str:
-    if s is None:
-        return "–"
-    if s >= 100:
-        return f"{s:,.0f} s"
-    if s >= 10:
-        return f"{s:.1f} s"
-    if s >= 1:
-        return f"{s:.2f} s"
-    return f"{s * 1e3:.3g} ms"
+    return "–" if s is None else fmt_seconds(s)
 
 
 def explain(c: Candidate) -> str:

@@ -58,6 +58,12 @@ class OpTimes:
     optimizer: float = 0.015625
     gc: float = 0.0
 
+    @classmethod
+    def compute_only(cls, forward: float | Sequence[float], backward: float | Sequence[float]) -> OpTimes:
+        """Forward and backward compute only; every communication, the optimizer and gc take no time."""
+        return cls(forward=forward, backward=backward, p2p=0.0, params_all_gather=0.0, grads_reduce_scatter=0.0,
+                   layernorm=0.0, embedding=0.0, clip=0.0, optimizer=0.0, gc=0.0)
+
 
 def one_f_one_b(stage: int, pp: int, microbatches: int) -> list[tuple[str, int]]:
     """Compute order of a stage under 1F1B: ``[("F", k) | ("B", k), ...]``."""
