@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism, Schedule
 from trainsim.spec.system import System
@@ -25,7 +26,7 @@ class Job(Spec):
     system: System
     parallelism: Parallelism = Field(default_factory=Parallelism)
     training: Training
-    num_gpus: int | None = Field(default=None, gt=0)
+    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
 
     @model_validator(mode="after")
     def _validate(self) -> Job:

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
 def megatron_swiglu_ffn(hidden_size: int) -> int:
@@ -29,15 +30,16 @@ class Model(Spec):
     """
 
     name: str = "custom"
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_query_groups: int | None = Field(default=None, gt=0)
-    kv_channels: int | None = Field(default=None, gt=0)
-    ffn_hidden_size: int | None = Field(default=None, gt=0)
-    vocab_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
+    num_attention_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_query_groups: int | None = Field(default=None, gt=0, le=MAX_HEADS)
+    kv_channels: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
     make_vocab_size_divisible_by: int = Field(default=128, gt=0)
-    seq_length: int = Field(default=2048, gt=0, description="default/maximum training sequence length")
+    seq_length: int = Field(default=2048, gt=0, le=MAX_SEQ_LENGTH,
+                            description="default/maximum training sequence length")
     swiglu: bool = False
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     untie_embeddings_and_output_weights: bool = False
@@ -48,11 +50,11 @@ class Model(Spec):
     attention_dropout: float = Field(default=0.1, ge=0, lt=1)
     input_embedding: Literal["vocab", "patch"] = "vocab"
     # Mixture of experts (num_experts None or 0: dense).
-    num_experts: int | None = Field(default=None, ge=0)
-    moe_router_topk: int = Field(default=2, gt=0)
-    moe_ffn_hidden_size: int | None = Field(default=None, gt=0)
-    moe_shared_expert_intermediate_size: int | None = Field(default=None, ge=0)
-    moe_layer_freq: int = Field(default=1, gt=0, description="every k-th layer is an MoE layer")
+    num_experts: int | None = Field(default=None, ge=0, le=MAX_EXPERTS)
+    moe_router_topk: int = Field(default=2, gt=0, le=MAX_EXPERTS)
+    moe_ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    moe_shared_expert_intermediate_size: int | None = Field(default=None, ge=0, le=MAX_WIDTH)
+    moe_layer_freq: int = Field(default=1, gt=0, le=MAX_LAYERS, description="every k-th layer is an MoE layer")
     source: str | None = None
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
 
 Schedule = Literal["1f1b", "gpipe", "interleaved", "zb-h1"]
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -22,17 +23,17 @@ class Parallelism(Spec):
     (Megatron's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``).
     """
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    dp: int | None = Field(default=None, gt=0)
+    tp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    pp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    vpp: int = Field(default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
+    cp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    ep: int = Field(default=1, gt=0, le=MAX_GPUS)
+    dp: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     sequence_parallel: bool = False
     schedule: Schedule | None = Field(default=None, description="None: interleaved when vpp > 1, else 1f1b")
     rank_order: str = DEFAULT_RANK_ORDER
-    first_stage_layers: int | None = Field(default=None, ge=0)
-    last_stage_layers: int | None = Field(default=None, ge=0)
+    first_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
+    last_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
 
     @field_validator("rank_order")
     @classmethod

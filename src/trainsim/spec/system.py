@@ -12,6 +12,7 @@ from pydantic import Field
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_NODE_GPUS, MAX_PRICE
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 
@@ -50,7 +51,7 @@ class GPU(Spec):
 class Node(Spec):
     """GPUs joined by NVLink/NVSwitch: a server, or a rack-scale NVLink domain such as NVL72."""
 
-    gpus_per_node: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
     nvlink_bandwidth: float = Field(gt=0, description="bytes/s per GPU per direction")
     nvlink_latency: float = Field(default=3e-6, ge=0, description="s")
 
@@ -58,7 +59,7 @@ class Node(Spec):
 class Network(Spec):
     """Scale-out network between nodes."""
 
-    nics_per_node: int = Field(gt=0)
+    nics_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
     nic_bandwidth: float = Field(gt=0, description="bytes/s per NIC per direction")
     latency: float = Field(default=8e-6, ge=0, description="s")
     oversubscription: float = Field(default=1.0, ge=1.0, description="bandwidth divisor above full_bisection_nodes")
@@ -74,7 +75,7 @@ class System(Spec):
     gpu: GPU
     node: Node
     network: Network
-    price_per_gpu_hour: float = Field(default=2.0, ge=0, description="USD")
+    price_per_gpu_hour: float = Field(default=2.0, ge=0, le=MAX_PRICE, description="USD")
     source: str | None = None
 
     @property
