@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from cli_helpers import check_one_line_error, run
 
+from cli_helpers import check_one_line_error, run
 from trainsim.errors import TrainsimError
 from trainsim.spec import Training
 
@@ -41,7 +41,8 @@ def test_non_finite_fields_are_refused_in_the_api():
 
 def _trace(duration: float, start: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame({"step": [0], "rank": [0], "dp_rank": [0], "stage": [0], "optype": ["forward-compute"],
-                         "seq_id": [0], "mc": [0], "gmc": [0], "mb_id": [0], "start_ts": [start], "duration": [duration]})
+                         "seq_id": [0], "mc": [0], "gmc": [0], "mb_id": [0], "start_ts": [start],
+                         "duration": [duration]})
 
 
 def test_trace_with_a_trillion_second_op_is_refused():
