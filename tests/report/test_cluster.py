@@ -58,7 +58,7 @@ def test_writes_one_self_contained_page(tmp_path) -> None:
 
 def test_missing_column_is_one_named_error(tmp_path) -> None:
     jobs, alloc, metrics = synthetic_run()
-    with pytest.raises(TrainsimError, match="allocations.*iter_time_s"):
+    with pytest.raises(TrainsimError, match=r"allocations.*iter_time_s"):
         write_cluster_report(jobs, alloc.drop(columns="iter_time_s"), metrics, tmp_path / "x.html")
 
 

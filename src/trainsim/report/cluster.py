@@ -119,7 +119,7 @@ def _gantt(allocations: pd.DataFrame, jobs: pd.DataFrame, scale: float, unit: st
                                                          sub["t1_s"], strict=True)]
         traces.append(segment_trace(f"pool {pool}", (sub["t0_s"] / scale).tolist(), (sub["t1_s"] / scale).tolist(),
                                     sub["job_id"].astype(str).tolist(), hover, PALETTE[k % len(PALETTE)], width))
-    deadlines = jobs[jobs["deadline_s"].notna() & jobs["job_id"].astype(str).isin(started)]
+    deadlines = jobs[jobs["deadline_s"].notna() & jobs["job_id"].astype(str).isin(sorted(started))]
     if len(deadlines):
         met = deadlines["met_deadline"].fillna(False).astype(bool)
         traces.append({"type": "scatter", "mode": "markers", "name": "deadline",
@@ -200,8 +200,7 @@ def _jct_cdf(jobs: pd.DataFrame, scale: float, unit: str) -> dict[str, Any]:
 
 def _job_rows(jobs: pd.DataFrame) -> list[list[Any]]:
     rows = []
-    for r in jobs.itertuples(index=False):
-        d = r._asdict()
+    for d in jobs.to_dict("records"):
         admitted = bool(d["admitted"]) if pd.notna(d["admitted"]) else False
         met = d["met_deadline"]
         met_text = "–" if pd.isna(d["deadline_s"]) else ("met" if bool(met) else "missed")
@@ -231,13 +230,16 @@ def cluster_page(jobs: pd.DataFrame, allocations: pd.DataFrame, metrics: dict[st
     if not isinstance(metrics, dict):
         raise TrainsimError("metrics", f"expected a dict, got {type(metrics).__name__}", "pass the metrics mapping")
     n_jobs = len(jobs)
-    admitted = int(jobs["admitted"].fillna(False).astype(bool).sum())
+    admitted_mask = jobs["admitted"].fillna(False).astype(bool).to_numpy()
+    admitted = int(admitted_mask.sum())
+    pools = len(set(allocations["pool"].astype(str)))
+    has_jct = bool(np.isfinite(jobs["jct_s"].to_numpy(float)).any())
     end = float(np.nanmax(allocations["t1_s"].to_numpy(float))) if len(allocations) else 0.0
     scale, unit = time_unit(max(end, float(metrics.get("makespan_s") or 0.0), 1e-9))
     page = Page(title, f"{n_jobs:,} jobs ({admitted:,} admitted), {len(allocations):,} allocations on "
-                       f"{allocations['pool'].nunique() if len(allocations) else 0} pool(s)", kind="cluster")
+                       f"{pools} pool(s)", kind="cluster")
     page.section("Headline metrics", anchor="metrics").cards(metric_cards(metrics), id_prefix="metric-")
-    jct_unit = time_unit(float(np.nanmax(jobs["jct_s"].to_numpy(float))) if jobs["jct_s"].notna().any() else 1.0)
+    jct_unit = time_unit(float(np.nanmax(jobs["jct_s"].to_numpy(float))) if has_jct else 1.0)
     g = page.section("Who ran where, when", "One row per job, one bar per allocation (colour: GPU pool; hover for "
                      "GPUs, nodes and plan). Tick marks: deadlines, green when met, red when missed.", "gantt")
     if len(allocations):
@@ -249,11 +251,11 @@ def cluster_page(jobs: pd.DataFrame, allocations: pd.DataFrame, metrics: dict[st
         u.figure(_utilisation(allocations, metrics, scale, unit), "utilisation", height=320)
     c = page.section("Job completion times", "Cumulative distribution of JCT (submit to end) over finished jobs; "
                      "per tenant when there are several.", "jct")
-    if jobs["jct_s"].notna().any():
+    if has_jct:
         c.figure(_jct_cdf(jobs, *jct_unit), "jct-cdf", height=340)
     else:
         c.paragraph("no job finished")
-    rejected = jobs[~jobs["admitted"].fillna(False).astype(bool)]
+    rejected = jobs[~admitted_mask]
     t = page.section("Jobs", f"{n_jobs:,} jobs; click a header to sort. Times in seconds.", "jobs")
     if len(rejected):
         reasons = rejected["reject_reason"].fillna("unknown").astype(str).value_counts()
@@ -264,7 +266,7 @@ def cluster_page(jobs: pd.DataFrame, allocations: pd.DataFrame, metrics: dict[st
 
 
 def _gantt_height(allocations: pd.DataFrame) -> int:
-    rows = allocations["job_id"].nunique()
+    rows = len(set(allocations["job_id"].astype(str)))
     return int(min(max(260, 14 * rows + 110), 1400))
 
 
