@@ -55,12 +55,14 @@ class Model(Spec):
     # Local attention on some layers: a sliding window (GPT-OSS, Mistral) or chunked attention (Llama 4). Megatron's
     # --window-size / --window-attn-skip-freq: every ``local_attention_skip_freq``-th layer (1-based) stays global.
     local_attention: Literal["none", "sliding", "chunked"] = "none"
-    local_attention_size: int | None = Field(default=None, gt=0, le=MAX_SEQ_LENGTH, description="window or chunk length (tokens)")
+    local_attention_size: int | None = Field(default=None, gt=0, le=MAX_SEQ_LENGTH,
+                                             description="window or chunk length (tokens)")
     local_attention_skip_freq: int | None = Field(default=None, gt=0,
                                                   description="every n-th layer is global; None: all layers local")
     # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2); Megatron's --multi-latent-attention and its sizes.
     multi_latent_attention: bool = False
-    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH, description="query compression rank (None: no q down-proj)")
+    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH,
+                                    description="query compression rank (None: no q down-proj)")
     kv_lora_rank: int = Field(default=512, gt=0, le=MAX_WIDTH)
     qk_head_dim: int = Field(default=128, gt=0, description="MLA: per-head query/key dim without RoPE")
     qk_pos_emb_head_dim: int = Field(default=64, gt=0, description="MLA: decoupled RoPE dim per head")
@@ -73,7 +75,8 @@ class Model(Spec):
     moe_layer_freq: int = Field(default=1, gt=0, le=MAX_LAYERS, description="every k-th layer is an MoE layer")
     moe_layer_offset: int = Field(default=0, ge=0,
                                   description="MoE layers are those with index % moe_layer_freq == offset")
-    moe_first_k_dense: int = Field(default=0, ge=0, le=MAX_LAYERS, description="the first k layers are dense (DeepSeek)")
+    moe_first_k_dense: int = Field(default=0, ge=0, le=MAX_LAYERS,
+                                   description="the first k layers are dense (DeepSeek)")
     moe_shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen2-MoE)")
     moe_router_bias: bool = Field(default=False, description="the router linear has a bias (GPT-OSS)")
     moe_expert_capacity_factor: float | None = Field(
@@ -85,7 +88,8 @@ class Model(Spec):
     moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "aux_loss"
     moe_router_enable_expert_bias: bool = Field(default=False,
                                                 description="auxiliary-loss-free balancing with a per-expert bias")
-    mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="multi-token prediction depth (DeepSeek-V3 MTP)")
+    mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS,
+                                description="multi-token prediction depth (DeepSeek-V3 MTP)")
     source: str | None = None
 
     @model_validator(mode="after")
