@@ -60,6 +60,7 @@ class Prediction(BaseModel):
     training: TrainingOut | None = None
     measured_compute_fraction: float = 0.0
     measured_comm_fraction: float = 0.0
+    approximations: list[str] = []
     job: dict[str, Any]
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -172,6 +173,16 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         training=training,
         measured_compute_fraction=est.measured_compute_fraction,
         measured_comm_fraction=est.measured_comm_fraction,
+        approximations=approximations_of(job),
         job=job_summary(job),
         **extra,
     )
+
+
+def approximations_of(job: Job) -> list[str]:
+    """What the prediction models approximately: the model's notes (e.g. from its Hugging Face config), less the
+    default-sequence-length note once the training sequence length is given."""
+    from trainsim.spec.model import SEQ_LENGTH_NOTE
+
+    given = job.training.seq_length is not None
+    return [a for a in job.model.approximations if not (given and a.startswith(SEQ_LENGTH_NOTE))]

@@ -61,3 +61,5 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
     console.print(m)
     verdict = "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]"
     console.print(f"peak {fmt_bytes(p.memory.peak_bytes)}: {verdict}")
+    for note in p.approximations:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
