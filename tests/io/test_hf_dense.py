@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_helpers import run
 
+from cli_helpers import run
 from trainsim.errors import TrainsimError
 from trainsim.io.hf import ARCHITECTURES, DEFAULT_SEQ_LENGTH, REFUSED, load_hf_config, model_from_hf_config
 
@@ -103,7 +103,7 @@ def test_unknown_model_type_is_read_with_a_note():
 def test_bad_config_values_are_one_error(bad):
     cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "vocab_size": 100, **bad}
-    with pytest.raises(TrainsimError, match="config.json"):
+    with pytest.raises(TrainsimError, match=r"config\.json"):
         model_from_hf_config(cfg)
 
 

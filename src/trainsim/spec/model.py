@@ -15,7 +15,6 @@ from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 
-
 #: Prefix of the approximation note saying the training sequence length is a stated default (see
 #: :mod:`trainsim.io.hf`); dropped from predictions once the job gives its own sequence length.
 SEQ_LENGTH_NOTE = "seq_length:"
