@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from trainsim.workload.stages import stage_layer_counts
+from trainsim.workload.sharding import sharding_of
+from trainsim.workload.stages import chunk_layer_indices, stage_layer_counts
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -147,13 +148,12 @@ def stage_parameters(job: Job, stage: int) -> float:
     """Parameters held by one GPU of ``stage`` (after tensor and expert parallelism, before ZeRO)."""
     model, par = job.model, job.parallelism
     tp, pp, ep = par.tp, par.pp, par.ep
-    layers = job.layers_per_stage[stage]
-    first_layer = sum(job.layers_per_stage[:stage])
+    layer_ids = [i for c in range(par.vpp) for i in chunk_layer_indices(job, stage, c)]
     norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
     params = 0.0
     attn = (model.attention_params - norm) / tp + norm
     dense = (model.dense_mlp_params - norm) / tp + norm
-    for layer in range(first_layer, first_layer + layers):
+    for layer in layer_ids:
         params += attn
         is_moe = model.is_moe and layer % model.moe_layer_freq == 0
         if is_moe:
@@ -181,10 +181,11 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     sp = job.sequence_parallel
     shards = job.dp * cp
     params = stage_parameters(job, stage)
-    w, g, o = bytes_per_param(tr.precision, tr.zero_stage, shards, tr.grads_in_fp32)
+    sh = sharding_of(job)
+    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, shards, tr.grads_in_fp32)
     weights = params * w
-    if tr.zero_stage >= 3:  # two gathered layers in flight (current and prefetched)
-        weights += 2 * model.layer_params / tp * (2.0 if tr.precision != "fp32" else 4.0)
+    if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
+        weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
 
     q = 1.0 if tr.precision == "fp8" else e
     per_mb = 0.0
