@@ -5,7 +5,7 @@ import pytest
 from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
 from trainsim.spec import Job, Parallelism, Training, load_model, load_system
-from trainsim.spec.pipeline_split import parse_layout, virtual_stage_layers
+from trainsim.spec.pipeline_split import virtual_stage_layers
 from trainsim.workload.memory import stage_memory
 from trainsim.workload.stages import chunk_layer_indices
 
@@ -33,14 +33,14 @@ def test_uneven_first_last_stages_with_virtual_stages():
 
 
 def test_layout_string():
-    assert parse_layout("Et*3|(tt|)*2t*4L", 11, 4, 1) == (3, 2, 2, 4)
-    assert parse_layout("E, t | t t | tt | t L", 6, 2, 2) == (1, 2, 2, 1)
-    for bad, words in (("Et|t|tL", "virtual stages"), ("tE|t|t|tL", "embedding"), ("Et|t|t|tX", "unknown"),
-                       ("Et|t|t|t", "L in the last")):
-        with pytest.raises(TrainsimError, match=words):
-            parse_layout(bad, 4, 4, 1)
+    assert virtual_stage_layers(11, Parallelism(pp=4, pipeline_layout="Et*3|(tt|)*2t*4L")) == (3, 2, 2, 4)
+    assert virtual_stage_layers(6, Parallelism(pp=2, vpp=2, pipeline_layout="E t | t t | tt | t L")) == (1, 2, 2, 1)
+    with pytest.raises(TrainsimError, match="virtual stages"):
+        virtual_stage_layers(4, Parallelism(pp=4, pipeline_layout="Et|t|tL"))
     with pytest.raises(TrainsimError, match="transformer layers"):
-        parse_layout("Et|t|t|tL", 5, 4, 1)
+        virtual_stage_layers(5, Parallelism(pp=4, pipeline_layout="Et|t|t|tL"))
+    with pytest.raises(ValueError, match="embedding"):
+        Parallelism(pp=4, pipeline_layout="t|E|t|tL")
 
 
 def test_chunks_hold_consecutive_blocks_in_virtual_stage_order():

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism, Schedule
 from trainsim.spec.pipeline_split import virtual_stage_layers
@@ -26,7 +27,7 @@ class Job(Spec):
     system: System
     parallelism: Parallelism = Field(default_factory=Parallelism)
     training: Training
-    num_gpus: int | None = Field(default=None, gt=0)
+    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
 
     @model_validator(mode="after")
     def _validate(self) -> Job:
@@ -43,6 +44,13 @@ class Job(Spec):
         if self.num_gpus is None:
             return 1
         return self.num_gpus // par.model_parallel_size
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: ``tp·cp·dp / (ep·etp)`` (Megatron's parallel folding carves the expert grid
+        etp × ep × edp out of the attention grid tp × cp × dp of each pipeline stage)."""
+        par = self.parallelism
+        return max(1, par.tp * par.cp * self.dp // (par.ep * par.expert_tp))
 
     @property
     def world_size(self) -> int:
@@ -121,12 +129,17 @@ def validate_job(job: Job) -> None:
                 "use a GPU count that is a multiple of tp·pp·cp",
             )
     dp = job.dp
-    if (dp * cp) % ep:
+    etp = par.expert_tp
+    if (tp * dp * cp) % (ep * etp):
         raise TrainsimError(
             "parallelism.ep",
-            f"expert parallel size {ep} does not divide dp·cp = {dp * cp}",
-            "choose ep dividing dp·cp (Megatron carves expert groups out of data/context parallel ranks)",
+            f"ep·etp = {ep}·{etp} does not divide tp·cp·dp = {tp}·{cp}·{dp}",
+            "choose ep and --expert-tensor-parallel-size whose product divides tp·cp·dp (Megatron's parallel "
+            "folding builds the expert grid etp × ep × edp from the attention grid's ranks)",
         )
+    if par.etp is not None and par.etp > 1 and not m.is_moe:
+        raise TrainsimError("parallelism.etp", "expert tensor parallelism needs a model with experts",
+                            "drop --expert-tensor-parallel-size for dense models")
     if ep > 1 and not m.is_moe:
         raise TrainsimError("parallelism.ep", f"ep = {ep} but the model has no experts", "use ep 1 for dense models")
     if m.is_moe and (m.num_experts or 0) % ep:

@@ -20,8 +20,6 @@ The result is the layer count of every virtual stage; the cost, memory and graph
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
@@ -32,42 +30,18 @@ if TYPE_CHECKING:
 _FIELD = "parallelism.pipeline_layout"
 
 
-def _expand(text: str) -> str:
-    """Expand ``X*N`` and ``(…)*N`` repetitions."""
-    s = re.sub(r"[\s,]", "", text)
-    group = re.compile(r"\(([^()]*)\)\*(\d+)")
-    while "(" in s:
-        new = group.sub(lambda m: m.group(1) * int(m.group(2)), s)
-        if new == s:
-            raise TrainsimError(_FIELD, f"unbalanced parentheses in {text!r}", "write groups as (…)*N")
-        s = new
-    s = re.sub(r"([EtL|])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-    bad = set(s) - set("EtL|")
-    if bad:
-        raise TrainsimError(_FIELD, f"unknown symbol(s) {''.join(sorted(bad))!r} in {text!r}",
-                            "use E (embedding), t (transformer layer), L (loss), | between virtual stages, *N")
-    return s
-
-
-@lru_cache(maxsize=256)
-def parse_layout(text: str, num_layers: int, pp: int, vpp: int) -> tuple[int, ...]:
-    """Transformer layers of every virtual stage from a Megatron pipeline layout string."""
-    segments = _expand(text).split("|")
-    if len(segments) != pp * vpp:
-        raise TrainsimError(_FIELD, f"{len(segments)} virtual stages in the layout, but pp·vpp = {pp}·{vpp} = "
-                            f"{pp * vpp}", "give one |-separated segment per virtual stage")
-    for i, seg in enumerate(segments):
-        if "E" in seg and (i != 0 or not seg.startswith("E")):
-            raise TrainsimError(_FIELD, "the embedding E must open the first virtual stage", "move E to the start")
-        if "L" in seg and (i != len(segments) - 1 or not seg.endswith("L")):
-            raise TrainsimError(_FIELD, "the loss L must close the last virtual stage", "move L to the end")
-    if "E" not in segments[0] or "L" not in segments[-1]:
-        raise TrainsimError(_FIELD, "the layout needs E in the first and L in the last virtual stage",
-                            "e.g. Et*4|t*4|t*4|t*4L")
-    counts = tuple(seg.count("t") for seg in segments)
+def layout_layers(par: Parallelism, num_layers: int) -> tuple[int, ...]:
+    """Transformer layers of every virtual stage from ``par.pipeline_layout`` (parsed by
+    :func:`trainsim.spec.parallelism.parse_pipeline_layout`), checked against pp·vpp and the model."""
+    counts = par.virtual_stage_layers
+    assert counts is not None
+    pp, vpp = par.pp, par.vpp
+    if len(counts) != pp * vpp:
+        raise TrainsimError(_FIELD, f"has {len(counts)} virtual stages but pp·vpp = {pp}·{vpp} = {pp * vpp}",
+                            "give one '|'-separated entry per virtual stage")
     if sum(counts) != num_layers:
-        raise TrainsimError(_FIELD, f"the layout places {sum(counts)} transformer layers, the model has "
-                            f"{num_layers}", "make the number of t's equal --num-layers")
+        raise TrainsimError(_FIELD, f"places {sum(counts)} transformer layers (t) but the model has {num_layers}",
+                            "put every layer in exactly one virtual stage")
     return counts
 
 
@@ -80,7 +54,7 @@ def virtual_stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
         if first is not None or last is not None or acc_emb or acc_loss:
             raise TrainsimError(_FIELD, "a pipeline layout already fixes every stage",
                                 "drop --decoder-first/last-pipeline-num-layers and --account-for-* with a layout")
-        return parse_layout(par.pipeline_layout, num_layers, pp, vpp)
+        return layout_layers(par, num_layers)
     if first is not None or last is not None:
         if acc_emb or acc_loss:
             raise TrainsimError("parallelism.first_stage_layers",

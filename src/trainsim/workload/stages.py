@@ -35,7 +35,7 @@ def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ..
     recomputed (Megatron's ``block`` method) and the others are not (mode ``none``).
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return _chunk_kinds(job.virtual_stage_layers, par.pp, par.vpp, stage, chunk, model.is_moe, model.moe_layer_freq,
+    return _chunk_kinds(job.virtual_stage_layers, par.pp, par.vpp, stage, chunk, model.moe_layer_flags,
                         tr.recompute_granularity, tr.recompute_num_layers)
 
 
@@ -46,28 +46,29 @@ def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
     are cached on the few values they depend on.
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return dict(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.is_moe, model.moe_layer_freq,
+    return dict(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.moe_layer_flags,
                               tr.recompute_granularity, tr.recompute_num_layers))
 
 
 @lru_cache(maxsize=8192)
-def _stage_counts(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, is_moe: bool, moe_freq: int,
+def _stage_counts(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, moe_flags: tuple[bool, ...],
                   recompute: str, recompute_num_layers: int | None) -> tuple[tuple[tuple[bool, str], int], ...]:
     counts: dict[tuple[bool, str], int] = {}
     for chunk in range(vpp):
-        for kind in _chunk_kinds(vstage_layers, pp, vpp, stage, chunk, is_moe, moe_freq, recompute,
+        for kind in _chunk_kinds(vstage_layers, pp, vpp, stage, chunk, moe_flags, recompute,
                                  recompute_num_layers):
             counts[kind] = counts.get(kind, 0) + 1
     return tuple(counts.items())
 
 
 @lru_cache(maxsize=8192)
-def _chunk_kinds(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int, is_moe: bool,
-                 moe_freq: int, recompute: str, recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
+def _chunk_kinds(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+                 moe_flags: tuple[bool, ...], recompute: str,
+                 recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
     out = []
     for local, layer in enumerate(_indices(vstage_layers, pp, vpp, stage, chunk)):
         mode = recompute
         if recompute == "full" and recompute_num_layers is not None and local >= recompute_num_layers:
             mode = "none"
-        out.append((bool(is_moe and layer % moe_freq == 0), mode))
+        out.append((moe_flags[layer], mode))
     return tuple(out)
