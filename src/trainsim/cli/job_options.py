@@ -100,6 +100,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
        "layers on the first stage"),
     _o("last_stage_layers", ("--decoder-last-pipeline-num-layers",), int, "parallelism", "last_stage_layers",
        "layers on the last stage"),
+    _o("account_for_embedding_in_pipeline_split", ("--account-for-embedding-in-pipeline-split",), bool,
+       "parallelism", "account_for_embedding_in_pipeline_split", "count the embedding as a layer of the first stage"),
+    _o("account_for_loss_in_pipeline_split", ("--account-for-loss-in-pipeline-split",), bool,
+       "parallelism", "account_for_loss_in_pipeline_split", "count the loss as a layer of the last stage"),
     _o("pipeline_layout", ("--pipeline-model-parallel-layout",), str, "parallelism", "pipeline_layout",
        "layers per virtual stage, e.g. 'Et|(tt|)*30L' (Megatron syntax)"),
     # training

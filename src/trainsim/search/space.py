@@ -472,8 +472,8 @@ class _Enumerator:
             base = (0, 1, 2, 3)
         if dp * cp == 1:  # nothing to shard over: stages 1 and 2 equal 0, stage 3 only adds gathered layers
             base = base[:1]
-        if pp > 1:
-            base = tuple(z for z in base if z <= 1)
+        if pp > 1:  # ZeRO-2 does not combine with pipelining; ZeRO-3 does, FSDP-style (gathered once per step)
+            base = tuple(z for z in base if z != 2)
         return base
 
     def sp_values(self, tp: int) -> tuple[bool, ...]:

@@ -11,6 +11,7 @@ from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism, Schedule
+from trainsim.spec.pipeline_split import virtual_stage_layers
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
@@ -85,9 +86,15 @@ class Job(Spec):
         return self.parallelism.sequence_parallel and self.parallelism.tp > 1
 
     @cached_property
+    def virtual_stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers of every virtual stage (model chunk), indexed ``chunk·pp + rank``."""
+        return virtual_stage_layers(self.model.num_layers, self.parallelism)
+
+    @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:
         """Transformer layers held by each pipeline rank (all its virtual stages together)."""
-        return stage_layers(self.model.num_layers, self.parallelism)
+        vsl, pp = self.virtual_stage_layers, self.parallelism.pp
+        return tuple(sum(vsl[r::pp]) for r in range(pp))
 
     @property
     def num_nodes(self) -> int:
@@ -96,22 +103,9 @@ class Job(Spec):
 
 
 def stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
-    """Split layers over pipeline ranks, honouring explicit first/last stage sizes."""
-    pp = par.pp
-    layout = par.virtual_stage_layers
-    if layout is not None:
-        return tuple(sum(layout[c * pp + s] for c in range(len(layout) // pp)) for s in range(pp))
-    first, last = par.first_stage_layers, par.last_stage_layers
-    if first is None and last is None:
-        return (num_layers // pp,) * pp
-    if pp == 1:
-        return (num_layers,)
-    fixed = {0: first, pp - 1: last}
-    given = {i: v for i, v in fixed.items() if v is not None}
-    rest = num_layers - sum(given.values())
-    middle = pp - len(given)
-    each = rest // middle if middle else 0
-    return tuple(given.get(i, each) for i in range(pp))
+    """Layers of each pipeline rank (all its virtual stages): see :mod:`trainsim.spec.pipeline_split`."""
+    vsl = virtual_stage_layers(num_layers, par)
+    return tuple(sum(vsl[r::par.pp]) for r in range(par.pp))
 
 
 def validate_job(job: Job) -> None:
@@ -183,47 +177,7 @@ def validate_job(job: Job) -> None:
             f"vpp = {vpp} needs the interleaved schedule, not {schedule}",
             "use --schedule interleaved or leave --schedule out",
         )
-    explicit = par.first_stage_layers is not None or par.last_stage_layers is not None
-    layout = par.virtual_stage_layers
-    if layout is not None:
-        if explicit:
-            raise TrainsimError("parallelism.pipeline_layout", "given together with first/last stage layers",
-                                "give either --pipeline-model-parallel-layout or the first/last stage sizes")
-        if len(layout) != pp * vpp:
-            raise TrainsimError(
-                "parallelism.pipeline_layout",
-                f"has {len(layout)} virtual stages but pp·vpp = {pp}·{vpp} = {pp * vpp}",
-                "give one '|'-separated entry per virtual stage",
-            )
-        if sum(layout) != m.num_layers:
-            raise TrainsimError(
-                "parallelism.pipeline_layout",
-                f"places {sum(layout)} transformer layers (t) but the model has {m.num_layers}",
-                "put every layer in exactly one virtual stage",
-            )
-    elif explicit:
-        if vpp > 1:
-            raise TrainsimError(
-                "parallelism.first_stage_layers",
-                "uneven first/last stages are only supported without virtual stages",
-                "use vpp 1 or an even split",
-            )
-        given = [v for v in (par.first_stage_layers, par.last_stage_layers) if v is not None]
-        middle = pp - len(given)
-        rest = m.num_layers - sum(given)
-        if pp == 1 or rest < 0 or (middle == 0 and rest != 0) or (middle and (rest % middle or rest == 0)):
-            raise TrainsimError(
-                "parallelism.first_stage_layers",
-                f"cannot split {m.num_layers} layers over {pp} stages with first/last = "
-                f"{par.first_stage_layers}/{par.last_stage_layers}",
-                "the remaining layers must divide evenly over the other stages",
-            )
-    elif m.num_layers % (pp * vpp):
-        raise TrainsimError(
-            "model.num_layers",
-            f"{m.num_layers} layers are not divisible by pp·vpp = {pp}·{vpp} = {pp * vpp}",
-            "change pp/vpp, or give --decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers",
-        )
+    virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
     # batch
     mbs, gbs = tr.micro_batch_size, tr.global_batch_size
     if gbs % (mbs * dp):
@@ -270,11 +224,13 @@ def validate_job(job: Job) -> None:
             "TP communication overlap needs sequence parallelism with tp > 1",
             "add --sequence-parallel (and tp > 1), or drop --tp-comm-overlap",
         )
-    if tr.zero_stage >= 2 and pp > 1:
+    if tr.zero_stage == 2 and pp > 1:
         raise TrainsimError(
             "training.zero_stage",
-            f"ZeRO stage {tr.zero_stage} with pipeline parallelism (pp = {pp}) is not supported by the frameworks",
-            "use --zero-stage 1 (distributed optimizer) with pp > 1, or pp = 1",
+            f"ZeRO stage 2 with pipeline parallelism (pp = {pp}) is not supported by the frameworks (gradients "
+            "accumulate over the micro-batches)",
+            "use --zero-stage 1 (distributed optimizer) or 3 (FSDP-style: parameters gathered once per step) "
+            "with pp > 1",
         )
     if tr.precision == "fp8" and sysm.gpu.peak_flops.fp8 is None:
         raise TrainsimError(
