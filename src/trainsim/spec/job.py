@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from pydantic import Field, model_validator
 
@@ -12,6 +13,9 @@ from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism, Schedule
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
+
+if TYPE_CHECKING:
+    from trainsim.schedule import PipelineSchedule
 
 
 class Job(Spec):
@@ -56,10 +60,24 @@ class Job(Spec):
     @property
     def schedule(self) -> Schedule:
         """Pipeline schedule (resolved default)."""
+        from trainsim.schedule import default_schedule
+
         par = self.parallelism
         if par.schedule is not None:
             return par.schedule
-        return "interleaved" if par.vpp > 1 else "1f1b"
+        return default_schedule(par.vpp)
+
+    @property
+    def pipeline(self) -> PipelineSchedule:
+        """The pipeline schedule object (order, placement, memory, closed form)."""
+        from trainsim.schedule import get_schedule
+
+        return get_schedule(self.schedule)
+
+    @property
+    def head_stage(self) -> int:
+        """Pipeline rank holding the LM head (the last rank, or rank 0 for V-shaped schedules)."""
+        return self.pipeline.head_stage(self.parallelism.pp, self.parallelism.vpp)
 
     @property
     def num_microbatches(self) -> int:
@@ -156,17 +174,6 @@ def validate_job(job: Job) -> None:
     # pipeline
     if vpp > 1 and pp == 1:
         raise TrainsimError("parallelism.vpp", "virtual stages need pipeline parallelism", "use pp > 1 or vpp 1")
-    schedule = job.schedule
-    if schedule == "interleaved" and vpp == 1:
-        raise TrainsimError(
-            "parallelism.schedule", "the interleaved schedule needs vpp > 1", "give --vpp (virtual stages per rank)"
-        )
-    if vpp > 1 and schedule != "interleaved":
-        raise TrainsimError(
-            "parallelism.schedule",
-            f"vpp = {vpp} needs the interleaved schedule, not {schedule}",
-            "use --schedule interleaved or leave --schedule out",
-        )
     explicit = par.first_stage_layers is not None or par.last_stage_layers is not None
     if explicit:
         if vpp > 1:
@@ -200,12 +207,7 @@ def validate_job(job: Job) -> None:
             "make the global batch a multiple of mbs·dp",
         )
     microbatches = gbs // (mbs * dp)
-    if schedule == "interleaved" and microbatches % pp:
-        raise TrainsimError(
-            "training.global_batch_size",
-            f"the interleaved schedule needs micro-batches per pipeline ({microbatches}) divisible by pp = {pp}",
-            "make gbs/(mbs·dp) a multiple of pp, or use the non-interleaved 1f1b schedule",
-        )
+    job.pipeline.check(pp, microbatches, vpp)
     # sequence / context parallelism
     seq = job.seq_length
     if cp > 1 and m.causal and seq % (2 * cp):

@@ -15,18 +15,20 @@ if TYPE_CHECKING:
 def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
     """Global indices of the transformer layers of model chunk ``chunk`` on ``stage``.
 
-    Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the ``chunk·p + stage``-th block of
-    ``layers / (p·v)`` consecutive layers.
+    Virtual stage ``k`` (the schedule's placement: Megatron's ``chunk·p + stage``, or a V) holds the ``k``-th block
+    of ``layers / (p·v)`` consecutive layers.
     """
-    return _indices(job.layers_per_stage, job.parallelism.pp, job.parallelism.vpp, stage, chunk)
+    return _indices(job.layers_per_stage, job.parallelism.pp, job.parallelism.vpp, stage, chunk,
+                    job.pipeline.v_shape)
 
 
-def _indices(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int) -> range:
+def _indices(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+             v_shape: bool = False) -> range:
     if vpp == 1:
         first = sum(layers_per_stage[:stage])
         return range(first, first + layers_per_stage[stage])
     n = layers_per_stage[stage] // vpp
-    vs = chunk * pp + stage
+    vs = chunk * pp + (pp - 1 - stage if v_shape and chunk % 2 else stage)
     return range(vs * n, (vs + 1) * n)
 
 
@@ -38,7 +40,7 @@ def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ..
     """
     par, model, tr = job.parallelism, job.model, job.training
     return _chunk_kinds(job.layers_per_stage, par.pp, par.vpp, stage, chunk, model.is_moe, model.moe_layer_freq,
-                        tr.recompute_granularity, tr.recompute_num_layers)
+                        tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape)
 
 
 def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
@@ -49,25 +51,27 @@ def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
     """
     par, model, tr = job.parallelism, job.model, job.training
     return dict(_stage_counts(job.layers_per_stage, par.pp, par.vpp, stage, model.is_moe, model.moe_layer_freq,
-                              tr.recompute_granularity, tr.recompute_num_layers))
+                              tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape))
 
 
 @lru_cache(maxsize=8192)
 def _stage_counts(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, is_moe: bool, moe_freq: int,
-                  recompute: str, recompute_num_layers: int | None) -> tuple[tuple[tuple[bool, str], int], ...]:
+                  recompute: str, recompute_num_layers: int | None,
+                  v_shape: bool = False) -> tuple[tuple[tuple[bool, str], int], ...]:
     counts: dict[tuple[bool, str], int] = {}
     for chunk in range(vpp):
         for kind in _chunk_kinds(layers_per_stage, pp, vpp, stage, chunk, is_moe, moe_freq, recompute,
-                                 recompute_num_layers):
+                                 recompute_num_layers, v_shape):
             counts[kind] = counts.get(kind, 0) + 1
     return tuple(counts.items())
 
 
 @lru_cache(maxsize=8192)
 def _chunk_kinds(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int, is_moe: bool,
-                 moe_freq: int, recompute: str, recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
+                 moe_freq: int, recompute: str, recompute_num_layers: int | None,
+                 v_shape: bool = False) -> tuple[tuple[bool, str], ...]:
     out = []
-    for local, layer in enumerate(_indices(layers_per_stage, pp, vpp, stage, chunk)):
+    for local, layer in enumerate(_indices(layers_per_stage, pp, vpp, stage, chunk, v_shape)):
         mode = recompute
         if recompute == "full" and recompute_num_layers is not None and local >= recompute_num_layers:
             mode = "none"
