@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism, Schedule
 from trainsim.spec.system import System
@@ -29,7 +30,7 @@ class Job(Spec):
     system: System
     parallelism: Parallelism = Field(default_factory=Parallelism)
     training: Training
-    num_gpus: int | None = Field(default=None, gt=0)
+    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
 
     @model_validator(mode="after")
     def _validate(self) -> Job:
@@ -46,6 +47,13 @@ class Job(Spec):
         if self.num_gpus is None:
             return 1
         return self.num_gpus // par.model_parallel_size
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: ``tp·cp·dp / (ep·etp)`` (Megatron's parallel folding carves the expert grid
+        etp × ep × edp out of the attention grid tp × cp × dp of each pipeline stage)."""
+        par = self.parallelism
+        return max(1, par.tp * par.cp * self.dp // (par.ep * par.expert_tp))
 
     @property
     def world_size(self) -> int:
@@ -108,6 +116,9 @@ class Job(Spec):
 def stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
     """Split layers over pipeline ranks, honouring explicit first/last stage sizes."""
     pp = par.pp
+    layout = par.virtual_stage_layers
+    if layout is not None:
+        return tuple(sum(layout[c * pp + s] for c in range(len(layout) // pp)) for s in range(pp))
     first, last = par.first_stage_layers, par.last_stage_layers
     if first is None and last is None:
         return (num_layers // pp,) * pp
@@ -142,12 +153,17 @@ def validate_job(job: Job) -> None:
                 "use a GPU count that is a multiple of tp·pp·cp",
             )
     dp = job.dp
-    if (dp * cp) % ep:
+    etp = par.expert_tp
+    if (tp * dp * cp) % (ep * etp):
         raise TrainsimError(
             "parallelism.ep",
-            f"expert parallel size {ep} does not divide dp·cp = {dp * cp}",
-            "choose ep dividing dp·cp (Megatron carves expert groups out of data/context parallel ranks)",
+            f"ep·etp = {ep}·{etp} does not divide tp·cp·dp = {tp}·{cp}·{dp}",
+            "choose ep and --expert-tensor-parallel-size whose product divides tp·cp·dp (Megatron's parallel "
+            "folding builds the expert grid etp × ep × edp from the attention grid's ranks)",
         )
+    if par.etp is not None and par.etp > 1 and not m.is_moe:
+        raise TrainsimError("parallelism.etp", "expert tensor parallelism needs a model with experts",
+                            "drop --expert-tensor-parallel-size for dense models")
     if ep > 1 and not m.is_moe:
         raise TrainsimError("parallelism.ep", f"ep = {ep} but the model has no experts", "use ep 1 for dense models")
     if m.is_moe and (m.num_experts or 0) % ep:
@@ -175,7 +191,24 @@ def validate_job(job: Job) -> None:
     if vpp > 1 and pp == 1:
         raise TrainsimError("parallelism.vpp", "virtual stages need pipeline parallelism", "use pp > 1 or vpp 1")
     explicit = par.first_stage_layers is not None or par.last_stage_layers is not None
-    if explicit:
+    layout = par.virtual_stage_layers
+    if layout is not None:
+        if explicit:
+            raise TrainsimError("parallelism.pipeline_layout", "given together with first/last stage layers",
+                                "give either --pipeline-model-parallel-layout or the first/last stage sizes")
+        if len(layout) != pp * vpp:
+            raise TrainsimError(
+                "parallelism.pipeline_layout",
+                f"has {len(layout)} virtual stages but pp·vpp = {pp}·{vpp} = {pp * vpp}",
+                "give one '|'-separated entry per virtual stage",
+            )
+        if sum(layout) != m.num_layers:
+            raise TrainsimError(
+                "parallelism.pipeline_layout",
+                f"places {sum(layout)} transformer layers (t) but the model has {m.num_layers}",
+                "put every layer in exactly one virtual stage",
+            )
+    elif explicit:
         if vpp > 1:
             raise TrainsimError(
                 "parallelism.first_stage_layers",
