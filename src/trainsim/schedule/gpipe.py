@@ -8,10 +8,15 @@ Activations of all ``m`` micro-batches are alive at once; the bubble fraction on
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from trainsim.schedule.base import BACKWARD, FORWARD, StageOrder, check_sizes, make_order
 from trainsim.schedule.pipeline import PipelineSchedule
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from trainsim._lazy_numpy import np
 
 
 def gpipe(p: int, m: int, v: int = 1) -> tuple[StageOrder, ...]:

@@ -11,11 +11,16 @@ stalls the pipeline), and so does this function.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
 from trainsim.schedule.base import BACKWARD, FORWARD, StageOrder, check_sizes, make_order
 from trainsim.schedule.pipeline import P2PMode, PipelineSchedule
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from trainsim._lazy_numpy import np
 
 
 def schedule_table(m: int, v: int, group: int) -> tuple[np.ndarray, np.ndarray]:

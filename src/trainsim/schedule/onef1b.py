@@ -7,10 +7,15 @@ bubble fraction on uniform stages is ``(p − 1)/(m + p − 1)``, the same as GP
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from trainsim.schedule.base import BACKWARD, FORWARD, StageOrder, check_sizes, make_order
 from trainsim.schedule.pipeline import PipelineSchedule
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from trainsim._lazy_numpy import np
 
 
 def warmup_forwards(p: int, s: int, m: int) -> int:

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from functools import lru_cache
-from typing import ClassVar, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from trainsim.errors import TrainsimError
 from trainsim.schedule.base import BACKWARD, FORWARD, StageOrder, check_sizes
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from trainsim._lazy_numpy import np
 
 P2PMode = Literal["blocking", "blocking-steps", "overlap"]
 
@@ -87,8 +90,8 @@ class PipelineSchedule(ABC):
         return pos, c
 
     def head_stage(self, p: int, v: int) -> int:
-        """Rank holding the last virtual stage (LM head and loss)."""
-        return int(self.rank_of(p, p * v - 1)[0])
+        """Rank holding the last virtual stage (LM head and loss): the last rank, or rank 0 when a V ends there."""
+        return 0 if self.v_shape and (v - 1) % 2 else p - 1
 
     def accepts_chunks(self, v: int) -> bool:
         """Whether ``v`` model chunks per rank suit this schedule."""

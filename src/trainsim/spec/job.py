@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
+from trainsim.schedule import default_schedule, get_schedule
 from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
@@ -68,21 +69,17 @@ class Job(Spec):
     @property
     def schedule(self) -> Schedule:
         """Pipeline schedule (resolved default)."""
-        from trainsim.schedule import default_schedule
-
         par = self.parallelism
         if par.schedule is not None:
             return par.schedule
         return default_schedule(par.vpp)
 
-    @property
+    @cached_property
     def pipeline(self) -> PipelineSchedule:
         """The pipeline schedule object (order, placement, memory, closed form)."""
-        from trainsim.schedule import get_schedule
-
         return get_schedule(self.schedule)
 
-    @property
+    @cached_property
     def head_stage(self) -> int:
         """Pipeline rank holding the LM head (the last rank, or rank 0 for V-shaped schedules)."""
         return self.pipeline.head_stage(self.parallelism.pp, self.parallelism.vpp)
