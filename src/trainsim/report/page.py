@@ -36,6 +36,9 @@ PLOTLY_CONFIG: dict[str, Any] = {
 PALETTE: tuple[str, ...] = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
                             "#CCB974", "#64B5CD")
 GOOD, BAD, WARN, MUTED = "#2e7d32", "#c62828", "#ef6c00", "#6b7280"
+#: Sequential white-to-red scale for slowdowns (ColorBrewer Reds, as the PNG heatmap).
+REDS: list[list[Any]] = [[i / 8, c] for i, c in enumerate(
+    ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"))]
 
 _CSS = """
 :root { --fg:#1f2937; --muted:#6b7280; --line:#e5e7eb; --bg:#f8fafc; --card:#ffffff; --accent:#1f4e99; }
@@ -352,6 +355,8 @@ def fmt_pct(x: float | None, digits: int = 1) -> str:
     """A fraction as a percentage."""
     if x is None or not math.isfinite(x):
         return "–"
+    if abs(x * 100) < 0.5 * 10 ** -digits:
+        x = 0.0  # no "-0 %"
     return f"{x * 100:.{digits}f} %"
 
 
