@@ -169,12 +169,13 @@ def _per_step(result: WhatIfResult) -> dict[str, Any]:
 
 def _per_optype(result: WhatIfResult) -> dict[str, Any]:
     items = sorted(result.slowdown_by_optype.items(), key=lambda kv: kv[1])
+    lo, hi = min(0.98, items[0][1] - 0.01), items[-1][1] * 1.02
     return {"data": [{"type": "bar", "orientation": "h", "y": [k for k, _ in items], "x": [_r(v) for _, v in items],
                       "marker": {"color": ["#c62828" if v >= 1.05 else "#94a3b8" for _, v in items]},
                       "hovertemplate": "%{y}: S_t = %{x:.3f}<extra></extra>"}],
             "layout": {"height": max(240, 26 * len(items) + 90),
                        "xaxis": {"title": {"text": "S_t: ideal run with this op type at its traced times / ideal"},
-                                 "range": [min(0.98, min(v for _, v in items) - 0.01), max(v for _, v in items) * 1.02]},
+                                 "range": [lo, hi]},
                        "yaxis": {"automargin": True}, "margin": {"l": 200, "r": 20, "t": 20, "b": 50}}}
 
 
@@ -205,13 +206,15 @@ def _timeline_data(result: WhatIfResult, steps: list[int]) -> dict[str, Any]:
     for which, key in (("actual", "a"), ("ideal", "i")):
         ev = w.timeline_events(which, steps)  # type: ignore[arg-type]
         ev = ev[(ev["dur_s"] > 0) & ev["name"].isin(list(_GROUP_OF))]
-        for step, sub in ev.groupby("step", sort=True):
-            t0 = float(sub["ts_s"].min())
+        step_col = ev["step"].to_numpy()
+        for step in np.unique(step_col):
+            sub = ev[step_col == step]
+            ts = sub["ts_s"].to_numpy(dtype=float)
             d = out["steps"].setdefault(str(int(step)), {})
-            d[key] = {"r": sub["pid"].map(row_of).astype(int).tolist(),
-                      "g": sub["name"].map(_GROUP_OF).astype(int).tolist(),
-                      "s": np.rint((sub["ts_s"].to_numpy() - t0) * 1e6).astype(np.int64).tolist(),
-                      "d": np.maximum(np.rint(sub["dur_s"].to_numpy() * 1e6), 1).astype(np.int64).tolist()}
+            d[key] = {"r": [row_of[int(p)] for p in sub["pid"].to_numpy()],
+                      "g": [_GROUP_OF[str(n)] for n in sub["name"].to_numpy()],
+                      "s": np.rint((ts - ts.min()) * 1e6).astype(np.int64).tolist(),
+                      "d": np.maximum(np.rint(sub["dur_s"].to_numpy(dtype=float) * 1e6), 1).astype(np.int64).tolist()}
     return out
 
 
@@ -402,7 +405,8 @@ def whatif_page(result: WhatIfResult, *, trace_name: str | None = None, timeline
     src = trace_name or f"trace-{m.trial_name}.parquet"
     page.embed("whatif", {
         "steps": [int(x) for x in result.steps], "slowdown": result.slowdown, "mean": mean, "by_step": by_step,
-        "timeline": timeline, "timeline_height": tl_height, "unit": unit, "unit_us": unit_s * 1e6, "config": PLOTLY_CONFIG,
+        "timeline": timeline, "timeline_height": tl_height, "unit": unit, "unit_us": unit_s * 1e6,
+        "config": PLOTLY_CONFIG,
         "timeline_default": worst_steps[0] if tl_steps else None,
         "perfetto_hint": f"trainsim whatif {src} --timeline step-STEP.json --ideal-timeline step-STEP-ideal.json "
                          "--timeline-steps STEP",
