@@ -106,6 +106,31 @@ document.querySelectorAll('table.sortable').forEach(function (table) {
 });
 """
 
+#: Timelines built in the browser from compact slices (``{r: rows, g: groups, s: starts µs, d: durations µs,
+#: n: name indices}``): one line-segment trace per group, hover text per slice.
+_SEGMENTS_JS = """
+window.TRAINSIM_SEGMENTS = function (ev, o) {
+  var G = o.groups, R = o.rows, traces = [];
+  var width = Math.max(1.5, Math.min(18, 0.7 * o.plotHeight / Math.max(R.length, 1)));
+  for (var g = 0; g < G.length; g++) {
+    var x = [], y = [], t = [];
+    for (var k = 0; k < ev.r.length; k++) {
+      if (ev.g[k] !== g) continue;
+      var s = ev.s[k] / o.unitUs, e = (ev.s[k] + ev.d[k]) / o.unitUs, row = R[ev.r[k]];
+      var label = (ev.n && o.names) ? o.names[ev.n[k]] : G[g][0];
+      var txt = label + '<br>' + row + '<br>' + s.toFixed(4) + ' → ' + e.toFixed(4) + ' ' + o.unit + ' (' +
+        (ev.d[k] / 1000).toFixed(3) + ' ms)';
+      x.push(s, (s + e) / 2, e, null); y.push(row, row, row, null); t.push(txt, txt, txt, null);
+    }
+    if (!x.length) continue;
+    traces.push({type: 'scatter', mode: 'lines', x: x, y: y, hovertext: t, hoverinfo: 'text', name: G[g][0],
+                 legendgroup: G[g][0], showlegend: o.showlegend !== false, xaxis: o.xaxis || 'x',
+                 yaxis: o.yaxis || 'y', line: {color: G[g][1], width: width * (G[g][2] ? 0.45 : 1)}});
+  }
+  return traces;
+};
+"""
+
 #: Draw every figure from its inline JSON.
 _FIGURES_JS = """
 window.TRAINSIM_FIGS = {};
@@ -329,7 +354,7 @@ class Page:
             f"<footer>trainsim {esc(__version__)} · {esc(self.kind)} report · self-contained "
             "(no network needed)</footer>",
             f"<script>{data}</script>",
-            f"<script>{_FIGURES_JS}{_TABLE_JS}</script>",
+            f"<script>{_SEGMENTS_JS}{_FIGURES_JS}{_TABLE_JS}</script>",
             *(f"<script>{js}</script>" for js in self.scripts),
             "</body></html>",
         ])

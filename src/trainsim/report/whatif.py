@@ -240,23 +240,9 @@ _JS = r"""
                                 'marker.line.width': [colors.map(function (c) { return c ? 3 : 0; })]}, [0]);
   }
   function segTraces(run, axis, showlegend) {
-    var G = D.timeline.groups, R = D.timeline.rows, traces = [];
-    var n = R.length, h = D.timeline_height / 2 - 60;
-    for (var g = 0; g < G.length; g++) {
-      var x = [], y = [], t = [];
-      for (var k = 0; k < run.r.length; k++) {
-        if (run.g[k] !== g) continue;
-        var s = run.s[k] / D.unit_us, e = (run.s[k] + run.d[k]) / D.unit_us, row = R[run.r[k]];
-        var txt = G[g][0] + ' · ' + row + '<br>' + s.toFixed(3) + ' → ' + e.toFixed(3) + ' ' + D.unit + ' (' +
-          (run.d[k] / 1000).toFixed(2) + ' ms)';
-        x.push(s, (s + e) / 2, e, null); y.push(row, row, row, null); t.push(txt, txt, txt, null);
-      }
-      var width = Math.max(1.5, Math.min(16, 0.7 * h / n)) * (G[g][2] ? 0.45 : 1);
-      traces.push({type: 'scatter', mode: 'lines', x: x, y: y, hovertext: t, hoverinfo: 'text', name: G[g][0],
-                   legendgroup: G[g][0], showlegend: showlegend, xaxis: axis[0], yaxis: axis[1],
-                   line: {color: G[g][1], width: width}});
-    }
-    return traces;
+    return window.TRAINSIM_SEGMENTS(run, {groups: D.timeline.groups, rows: D.timeline.rows, unit: D.unit,
+      unitUs: D.unit_us, plotHeight: D.timeline_height / 2 - 60, xaxis: axis[0], yaxis: axis[1],
+      showlegend: showlegend});
   }
   function showTimeline(key) {
     var div = document.getElementById('timeline');
@@ -281,9 +267,9 @@ _JS = r"""
                   legend: {orientation: 'h', y: 1.04, yanchor: 'bottom'}, plot_bgcolor: '#ffffff',
                   xaxis: {title: {text: D.unit + ' from the start of the step'}, gridcolor: '#e5e7eb', anchor: 'y2'},
                   yaxis: {domain: [0.53, 1], type: 'category', categoryorder: 'array', categoryarray: rows,
-                          autorange: 'reversed', title: {text: 'actual'}, tickfont: {size: 9}},
+                          range: [rows.length - 0.5, -0.5], title: {text: 'actual'}, tickfont: {size: 9}},
                   yaxis2: {domain: [0, 0.47], type: 'category', categoryorder: 'array', categoryarray: rows,
-                           autorange: 'reversed', title: {text: 'ideal'}, tickfont: {size: 9}}};
+                           range: [rows.length - 0.5, -0.5], title: {text: 'ideal'}, tickfont: {size: 9}}};
     Plotly.react(div, traces, layout, D.config);
   }
   function show(key) { showHeatmap(key); showTimeline(key); }
