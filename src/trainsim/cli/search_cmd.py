@@ -34,6 +34,8 @@ def search_command(
     plot_color: str = typer.Option("tp", "--plot-color", help="colour points by this dimension"),
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    html: str | None = typer.Option(None, "--html", metavar="FILE",
+                                    help="write an interactive report (one self-contained HTML file)"),
     *,
     job_options: dict[str, Any],
 ) -> None:
@@ -45,6 +47,10 @@ def search_command(
 
     if top < 0:
         raise TrainsimError("top", f"must be 0 or more (got {top})", "give --top K (0: all)")
+    if html is not None:
+        from trainsim.io.atomic import check_output_path
+
+        check_output_path(html, "--html")
     space = space_from_options(given_options(ctx, job_options), others=others, sp=sp)
     calib = load_calibration(calibration, space.system.gpu.generation) if calibration else None
     price = job_options.get("price_per_gpu_hour")
@@ -66,6 +72,11 @@ def search_command(
         written.append(result.write(_suffixed(parquet, ".parquet"), top))
     if plot:
         written.append(result.plot(plot, x=plot_x, color=plot_color))
+    if html:
+        from trainsim.report.search import write_search_report
+
+        title = f"Plan search: {space.model.name} on {space.system.name}"
+        written.append(write_search_report(result, html, title=title))
     if json_out:
         from trainsim.cli.output import print_json
 

@@ -139,6 +139,9 @@ document.querySelectorAll('script.fig-data').forEach(function (el) {
   var div = document.getElementById(el.getAttribute('data-target'));
   window.TRAINSIM_FIGS[div.id] = Plotly.newPlot(div, spec.data, spec.layout, spec.config);
 });
+Promise.all(Object.values(window.TRAINSIM_FIGS)).then(function () {
+  if (!window.TRAINSIM_DEFER_READY) { document.body.setAttribute('data-ready', '1'); }
+});
 """
 
 
@@ -314,6 +317,8 @@ class Page:
         self.sections: list[Section] = []
         self.scripts: list[str] = []
         self.data: dict[str, Any] = {}
+        #: A page script sets ``data-ready`` on the body itself (after drawing what it draws).
+        self.defer_ready = False
 
     def section(self, title: str, intro: str = "", anchor: str = "") -> Section:
         """Add and return a new section."""
@@ -339,6 +344,8 @@ class Page:
             intro = f'<p class="intro">{esc(s.intro)}</p>' if s.intro else ""
             body.append(f"<section{anchor}><h2>{esc(s.title)}</h2>{intro}{''.join(s.parts)}</section>")
         data = f"window.TRAINSIM_DATA = {_script_json(self.data)};"
+        if self.defer_ready:
+            data += "window.TRAINSIM_DEFER_READY = true;"
         return "\n".join([
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',

@@ -145,14 +145,15 @@ def timeline_data(tl: Any, budget: int = MAX_TIMELINE_EVENTS) -> dict[str, Any]:
     shown_pids = sorted({k[0] for k in keys})
     truncated = False
     if len(events) > budget:  # keep whole GPUs, slowed ones first, until the budget is used
-        per_pid = events.groupby("pid").size()
+        pids, counts = np.unique(events["pid"].to_numpy(), return_counts=True)
+        per_pid = {int(a): int(c) for a, c in zip(pids, counts, strict=True)}
         order = sorted(shown_pids, key=lambda q: (q not in slow, q))
         keep, used = [], 0
         for q in order:
-            if used + int(per_pid.get(q, 0)) > budget and keep:
+            if used + per_pid.get(q, 0) > budget and keep:
                 continue
             keep.append(q)
-            used += int(per_pid.get(q, 0))
+            used += per_pid.get(q, 0)
         shown_pids = sorted(keep)
         truncated = True
         events = events[events["pid"].isin(shown_pids)]
@@ -308,6 +309,7 @@ def predict_page(p: Prediction, *, trace_file: str | None = None) -> Page:
     ])
     page.embed("predict", data)
     page.script(_JS)
+    page.defer_ready = True
     return page
 
 

@@ -398,6 +398,7 @@ def whatif_page(result: WhatIfResult, *, trace_name: str | None = None, timeline
                          "--timeline-steps STEP",
     })
     page.script(_JS)
+    page.defer_ready = True
     return page
 
 
