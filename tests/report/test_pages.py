@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import check_one_line_error, run
 
+from cli_helpers import check_one_line_error, run
 from trainsim.cli.output import fmt_seconds
 from trainsim.report.browser import open_report
 
