@@ -98,9 +98,21 @@ def pattern_hints(result: WhatIfResult) -> list[str]:
             worst.append((dps[int(j)], stages[int(i)]))
         top = max(set(worst), key=worst.count)
         n_same, n = worst.count(top), len(worst)
+        stages_w = [c[1] for c in worst]
+        dps_w = [c[0] for c in worst]
+        top_stage = max(set(stages_w), key=stages_w.count)
+        top_dp = max(set(dps_w), key=dps_w.count)
         if n_same >= 0.8 * n:
             hints.append(f"Persistent: the same worker (dp {top[0]}, stage {top[1]}) is the worst in {n_same} of "
                          f"{n} steps — a property of the machine or its stage, not of the data.")
+        elif stages_w.count(top_stage) >= 0.8 * n and len(stages) > 1:
+            hints.append(f"Persistent stage: the worst worker sits on stage {top_stage} in "
+                         f"{stages_w.count(top_stage)} of {n} steps while its DP rank changes ({len(set(dps_w))} "
+                         "different ranks): the stage is heavier than the others, not one machine; which replica is "
+                         "slowest moves with the data.")
+        elif dps_w.count(top_dp) >= 0.8 * n and len(dps) > 1:
+            hints.append(f"Persistent replica: the worst worker is in DP rank {top_dp} in {dps_w.count(top_dp)} of "
+                         f"{n} steps (its stage varies).")
         else:
             hints.append(f"Moving: the worst worker changes from step to step ({len(set(worst))} different workers "
                          f"over {n} steps; the most frequent, dp {top[0]} stage {top[1]}, in {n_same}) — a sign of "
@@ -317,7 +329,7 @@ def whatif_page(result: WhatIfResult, *, trace_name: str | None = None, timeline
         ("slowdown S", f"{result.slowdown:.3f}", "T(original) / T(ideal): how much faster without stragglers",
          "bad" if result.slowdown >= 1.1 else "warn" if result.slowdown >= 1.05 else "good"),
         ("GPU time wasted", fmt_pct(result.wasted_gpu_fraction), "1 − 1/S of every GPU-hour"),
-        ("GPU-hours wasted", f"{wasted:,.1f}", f"over the {len(result.steps)} analysed steps on {m.world_size} GPUs; "
+        ("GPU-hours wasted", f"{wasted:,.1f}" if wasted >= 10 else f"{wasted:.3g}", f"over the {len(result.steps)} analysed steps on {m.world_size} GPUs; "
          f"{result.wasted_gpu_hours(1000):,.0f} per 1,000 steps"),
         ("last-stage share M_S", fmt_pct(result.last_stage_share, 0), "of the slowdown removed by idealizing the "
          "last stage"),
