@@ -325,11 +325,12 @@ def whatif_page(result: WhatIfResult, *, trace_name: str | None = None, timeline
     s.banner(f'<b id="verdict">verdict: {esc(result.verdict)}</b> — {esc(result.verdict_reason)}.<br>'
              f"{esc(_ACTIONS.get(result.verdict, ''))}", tone)
     wasted = result.wasted_gpu_hours()
+    wasted_text = f"{wasted:,.1f}" if wasted >= 10 else f"{wasted:.3g}"
     s.cards([
         ("slowdown S", f"{result.slowdown:.3f}", "T(original) / T(ideal): how much faster without stragglers",
          "bad" if result.slowdown >= 1.1 else "warn" if result.slowdown >= 1.05 else "good"),
         ("GPU time wasted", fmt_pct(result.wasted_gpu_fraction), "1 − 1/S of every GPU-hour"),
-        ("GPU-hours wasted", f"{wasted:,.1f}" if wasted >= 10 else f"{wasted:.3g}", f"over the {len(result.steps)} analysed steps on {m.world_size} GPUs; "
+        ("GPU-hours wasted", wasted_text, f"over the {len(result.steps)} analysed steps on {m.world_size} GPUs; "
          f"{result.wasted_gpu_hours(1000):,.0f} per 1,000 steps"),
         ("last-stage share M_S", fmt_pct(result.last_stage_share, 0), "of the slowdown removed by idealizing the "
          "last stage"),
