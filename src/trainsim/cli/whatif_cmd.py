@@ -42,8 +42,11 @@ def whatif_command(
     """What-if straggler analysis: how much faster without stragglers, and who is to blame."""
     import json
 
+    from trainsim.cli.output import check_outputs
     from trainsim.whatif import IdealizeConfig, WhatIf, analyze, parse_steps
 
+    check_outputs({"--heatmap": heatmap, "--timeline": timeline, "--ideal-timeline": ideal_timeline},
+                  {"--out": out})
     cfg = IdealizeConfig(
         group_by=ideal_group,
         compute_stat=compute_stat,

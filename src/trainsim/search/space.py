@@ -87,6 +87,10 @@ class CandidateSpec(NamedTuple):
     rank_order: str
 
 
+#: Values one arithmetic range may expand to (a typo such as 1:100000000 is refused instead of running for hours).
+MAX_RANGE_VALUES = 4096
+
+
 # ---- parsing ---------------------------------------------------------------------------------------------------------
 def _int_item(item: str, dim: str) -> list[int]:
     text = item.strip()
@@ -96,6 +100,10 @@ def _int_item(item: str, dim: str) -> list[int]:
         step = int(m.group(3)) if m.group(3) else 1
         if step <= 0 or a > b:
             raise TrainsimError(dim, f"empty or backward range {text!r}", "use a:b:step with a ≤ b and step > 0")
+        count = (b - a) // step + 1
+        if count > MAX_RANGE_VALUES:
+            raise TrainsimError(dim, f"range {text!r} has {count:,} values (limit {MAX_RANGE_VALUES:,})",
+                                "use a larger step or a doubling range a..b")
         return list(range(a, b + 1, step))
     m = _DOUBLING.match(text)
     if m:
@@ -483,8 +491,8 @@ class _Enumerator:
             base = (0, 1, 2, 3)
         if dp * cp == 1:  # nothing to shard over: stages 1 and 2 equal 0, stage 3 only adds gathered layers
             base = base[:1]
-        if pp > 1:
-            base = tuple(z for z in base if z <= 1)
+        if pp > 1:  # ZeRO-2 does not combine with pipelining; ZeRO-3 does, FSDP-style (gathered once per step)
+            base = tuple(z for z in base if z != 2)
         return base
 
     def sp_values(self, tp: int) -> tuple[bool, ...]:

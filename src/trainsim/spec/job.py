@@ -10,8 +10,10 @@ from pydantic import Field, model_validator
 from trainsim.errors import TrainsimError, warn
 from trainsim.spec.base import Spec
 from trainsim.spec.framework import DEFAULT_FRAMEWORK, Framework, load_framework
+from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism, Schedule
+from trainsim.spec.pipeline_split import virtual_stage_layers
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
@@ -31,7 +33,7 @@ class Job(Spec):
     system: System
     parallelism: Parallelism = Field(default_factory=Parallelism)
     training: Training
-    num_gpus: int | None = Field(default=None, gt=0)
+    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     framework: Framework = Field(default_factory=lambda: load_framework(DEFAULT_FRAMEWORK))
 
     @model_validator(mode="before")
@@ -56,6 +58,13 @@ class Job(Spec):
         if self.num_gpus is None:
             return 1
         return self.num_gpus // par.model_parallel_size
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: ``tp·cp·dp / (ep·etp)`` (Megatron's parallel folding carves the expert grid
+        etp × ep × edp out of the attention grid tp × cp × dp of each pipeline stage)."""
+        par = self.parallelism
+        return max(1, par.tp * par.cp * self.dp // (par.ep * par.expert_tp))
 
     @property
     def world_size(self) -> int:
@@ -91,9 +100,15 @@ class Job(Spec):
         return self.parallelism.sequence_parallel and self.parallelism.tp > 1
 
     @cached_property
+    def virtual_stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers of every virtual stage (model chunk), indexed ``chunk·pp + rank``."""
+        return virtual_stage_layers(self.model.num_layers, self.parallelism)
+
+    @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:
         """Transformer layers held by each pipeline rank (all its virtual stages together)."""
-        return stage_layers(self.model.num_layers, self.parallelism)
+        vsl, pp = self.virtual_stage_layers, self.parallelism.pp
+        return tuple(sum(vsl[r::pp]) for r in range(pp))
 
     @property
     def attention_path(self) -> str:
@@ -193,19 +208,9 @@ def _model_heads(model: Any) -> int | None:
 
 
 def stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
-    """Split layers over pipeline ranks, honouring explicit first/last stage sizes."""
-    pp = par.pp
-    first, last = par.first_stage_layers, par.last_stage_layers
-    if first is None and last is None:
-        return (num_layers // pp,) * pp
-    if pp == 1:
-        return (num_layers,)
-    fixed = {0: first, pp - 1: last}
-    given = {i: v for i, v in fixed.items() if v is not None}
-    rest = num_layers - sum(given.values())
-    middle = pp - len(given)
-    each = rest // middle if middle else 0
-    return tuple(given.get(i, each) for i in range(pp))
+    """Layers of each pipeline rank (all its virtual stages): see :mod:`trainsim.spec.pipeline_split`."""
+    vsl = virtual_stage_layers(num_layers, par)
+    return tuple(sum(vsl[r::par.pp]) for r in range(par.pp))
 
 
 def validate_job(job: Job) -> None:
@@ -229,12 +234,17 @@ def validate_job(job: Job) -> None:
                 "use a GPU count that is a multiple of tp·pp·cp",
             )
     dp = job.dp
-    if (dp * cp) % ep:
+    etp = par.expert_tp
+    if (tp * dp * cp) % (ep * etp):
         raise TrainsimError(
             "parallelism.ep",
-            f"expert parallel size {ep} does not divide dp·cp = {dp * cp}",
-            "choose ep dividing dp·cp (Megatron carves expert groups out of data/context parallel ranks)",
+            f"ep·etp = {ep}·{etp} does not divide tp·cp·dp = {tp}·{cp}·{dp}",
+            "choose ep and --expert-tensor-parallel-size whose product divides tp·cp·dp (Megatron's parallel "
+            "folding builds the expert grid etp × ep × edp from the attention grid's ranks)",
         )
+    if par.etp is not None and par.etp > 1 and not m.is_moe:
+        raise TrainsimError("parallelism.etp", "expert tensor parallelism needs a model with experts",
+                            "drop --expert-tensor-parallel-size for dense models")
     if ep > 1 and not m.is_moe:
         raise TrainsimError("parallelism.ep", f"ep = {ep} but the model has no experts", "use ep 1 for dense models")
     if m.is_moe and (m.num_experts or 0) % ep:
@@ -272,30 +282,7 @@ def validate_job(job: Job) -> None:
             f"vpp = {vpp} needs the interleaved schedule, not {schedule}",
             "use --schedule interleaved or leave --schedule out",
         )
-    explicit = par.first_stage_layers is not None or par.last_stage_layers is not None
-    if explicit:
-        if vpp > 1:
-            raise TrainsimError(
-                "parallelism.first_stage_layers",
-                "uneven first/last stages are only supported without virtual stages",
-                "use vpp 1 or an even split",
-            )
-        given = [v for v in (par.first_stage_layers, par.last_stage_layers) if v is not None]
-        middle = pp - len(given)
-        rest = m.num_layers - sum(given)
-        if pp == 1 or rest < 0 or (middle == 0 and rest != 0) or (middle and (rest % middle or rest == 0)):
-            raise TrainsimError(
-                "parallelism.first_stage_layers",
-                f"cannot split {m.num_layers} layers over {pp} stages with first/last = "
-                f"{par.first_stage_layers}/{par.last_stage_layers}",
-                "the remaining layers must divide evenly over the other stages",
-            )
-    elif m.num_layers % (pp * vpp):
-        raise TrainsimError(
-            "model.num_layers",
-            f"{m.num_layers} layers are not divisible by pp·vpp = {pp}·{vpp} = {pp * vpp}",
-            "change pp/vpp, or give --decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers",
-        )
+    virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
     # batch
     mbs, gbs = tr.micro_batch_size, tr.global_batch_size
     if gbs % (mbs * dp):
@@ -343,6 +330,14 @@ def validate_job(job: Job) -> None:
             "add --sequence-parallel (and tp > 1), or drop --tp-comm-overlap",
         )
     check_framework(job)
+    if tr.zero_stage == 2 and pp > 1:
+        raise TrainsimError(
+            "training.zero_stage",
+            f"ZeRO stage 2 with pipeline parallelism (pp = {pp}) is not supported by the frameworks (gradients "
+            "accumulate over the micro-batches)",
+            "use --zero-stage 1 (distributed optimizer) or 3 (FSDP-style: parameters gathered once per step) "
+            "with pp > 1",
+        )
     if tr.precision == "fp8" and sysm.gpu.peak_flops.fp8 is None:
         raise TrainsimError(
             "training.precision",

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_TRAIN_TOKENS
 
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]
@@ -25,12 +26,12 @@ class Training(Spec):
     softmax chain); given explicitly it overrides the profile's attention backend.
     """
 
-    micro_batch_size: int = Field(default=1, gt=0)
-    global_batch_size: int = Field(gt=0)
-    seq_length: int | None = Field(default=None, gt=0, description="None: the model's seq_length")
+    micro_batch_size: int = Field(default=1, gt=0, le=MAX_BATCH)
+    global_batch_size: int = Field(gt=0, le=MAX_BATCH)
+    seq_length: int | None = Field(default=None, gt=0, le=MAX_SEQ_LENGTH, description="None: the model's seq_length")
     recompute_granularity: Recompute = "none"
     recompute_num_layers: int | None = Field(
-        default=None, gt=0, description="with full recompute: layers per stage recomputed (None: all)"
+        default=None, gt=0, le=MAX_LAYERS, description="with full recompute: layers per stage recomputed (None: all)"
     )
     zero_stage: int | None = Field(default=None, ge=0, le=3, description="None: the framework's default")
     overlap_grad_reduce: bool | None = None
@@ -46,7 +47,7 @@ class Training(Spec):
         description="gradient buffer and its reduction in fp32 (None: Megatron's default, fp32 unless fp16 training)",
     )
     ddp_bucket_size: int | None = Field(default=None, gt=0, description="parameters per DP bucket (Megatron default)")
-    train_tokens: float | None = Field(default=None, gt=0)
+    train_tokens: float | None = Field(default=None, gt=0, le=MAX_TRAIN_TOKENS)
 
     @property
     def grads_in_fp32(self) -> bool:
