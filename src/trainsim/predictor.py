@@ -103,6 +103,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "precision": tr.precision,
         "attention": tr.attention,
         "num_params": job.model.num_params,
+        "dp_engine": job.dp_engine,
+        "framework": {**job.framework.model_dump(exclude={"sources"}), "label": job.framework.label},
     }
 
 

@@ -41,15 +41,13 @@ def plan_command(
                                     help="write an interactive report (one self-contained HTML file)"),
 ) -> None:
     """Naive (100 % utilization) and realistic compute-optimal model sizes for a GPU budget, with their plans."""
+    from trainsim.cli.output import check_outputs
     from trainsim.errors import TrainsimError
     from trainsim.plan import plan
     from trainsim.spec.presets import load_system
     from trainsim.spec.training import Training
 
-    if html is not None:
-        from trainsim.io.atomic import check_output_path
-
-        check_output_path(html, "--html")
+    check_outputs({"--html": html})
     sysm = load_system(system)
     if gpus_per_node is not None:
         sysm = sysm.replace(node=sysm.node.replace(gpus_per_node=gpus_per_node))

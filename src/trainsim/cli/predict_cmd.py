@@ -92,10 +92,11 @@ def predict_command(
         raise TrainsimError("trace_detail", "only applies to --trace", "add --trace FILE.json or drop --trace-detail")
     if seed is not None and seq_len_cv is None:
         raise TrainsimError("seed", "only applies to --seq-len-cv", "add --seq-len-cv 0.3 or drop --seed")
-    if html is not None:
-        from trainsim.io.atomic import check_output_path
+    from trainsim.cli.output import check_outputs
 
-        check_output_path(html, "--html")
+    check_outputs({"--trace": trace, "--export-ops": export_ops, "--export-meta": export_meta,
+                   "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline,
+                   "--html": html})
     job = job_from_options(job_options)
     calib = _load_calibration(calibration, job) if calibration else None
     cost_model = None

@@ -47,10 +47,11 @@ def search_command(
 
     if top < 0:
         raise TrainsimError("top", f"must be 0 or more (got {top})", "give --top K (0: all)")
-    if html is not None:
-        from trainsim.io.atomic import check_output_path
+    from trainsim.cli.output import check_outputs
 
-        check_output_path(html, "--html")
+    csv = csv and _suffixed(csv, ".csv", "--csv", (".csv",))
+    parquet = parquet and _suffixed(parquet, ".parquet", "--parquet", (".parquet", ".pq"))
+    check_outputs({"--csv": csv, "--parquet": parquet, "--plot": plot, "--html": html})
     space = space_from_options(given_options(ctx, job_options), others=others, sp=sp)
     calib = load_calibration(calibration, space.system.gpu.generation) if calibration else None
     price = job_options.get("price_per_gpu_hour")
@@ -67,9 +68,9 @@ def search_command(
         err.print(f"warning: {message} ({count:,} candidates)", highlight=False, markup=False, soft_wrap=True)
     written = []
     if csv:
-        written.append(result.write(_suffixed(csv, ".csv"), top))
+        written.append(result.write(csv, top))
     if parquet:
-        written.append(result.write(_suffixed(parquet, ".parquet"), top))
+        written.append(result.write(parquet, top))
     if plot:
         written.append(result.plot(plot, x=plot_x, color=plot_color))
     if html:
@@ -102,11 +103,18 @@ def given_options(ctx: Any, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _suffixed(path: str, suffix: str) -> str:
+def _suffixed(path: str, suffix: str, flag: str, allowed: tuple[str, ...]) -> str:
+    """``path`` with ``suffix`` added when it has none; another file type is an error."""
     from pathlib import Path
 
+    from trainsim.errors import TrainsimError
+
     p = Path(path)
-    return str(p if p.suffix else p.with_suffix(suffix))
+    if not p.suffix:
+        return str(p.with_suffix(suffix))
+    if p.suffix.lower() not in allowed:
+        raise TrainsimError(flag, f"{p.name!r} is not a {suffix} file", f"give a file name ending in {suffix}")
+    return str(p)
 
 
 class _progress:

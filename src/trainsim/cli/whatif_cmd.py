@@ -46,13 +46,11 @@ def whatif_command(
     import json
     import os
 
-    from trainsim.io.atomic import check_output_path
-
-    if html is not None:
-        check_output_path(html, "--html")
-
+    from trainsim.cli.output import check_outputs
     from trainsim.whatif import IdealizeConfig, WhatIf, analyze, parse_steps
 
+    check_outputs({"--heatmap": heatmap, "--timeline": timeline, "--ideal-timeline": ideal_timeline, "--html": html},
+                  {"--out": out})
     cfg = IdealizeConfig(
         group_by=ideal_group,
         compute_stat=compute_stat,

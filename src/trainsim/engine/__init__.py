@@ -28,6 +28,7 @@ from trainsim.engine.timeline import Timeline
 from trainsim.errors import TrainsimError
 from trainsim.estimate import Estimate
 from trainsim.graph.build import Kind
+from trainsim.io.atomic import atomic_path, write_text_atomic
 from trainsim.spec.job import Job
 
 __all__ = [
@@ -71,10 +72,11 @@ def write_memory_timeline(stages: list[StageMemoryTimeline], path: str | os.Path
         import pandas as pd
 
         frames = [pd.DataFrame({"stage": s.stage, "t_s": s.times_s, "bytes": s.bytes}) for s in stages]
-        pd.concat(frames, ignore_index=True).to_csv(p, index=False)
+        with atomic_path(p) as tmp:
+            pd.concat(frames, ignore_index=True).to_csv(tmp, index=False)
     else:
-        p.write_text(json.dumps({"unit": "bytes, seconds from the start of the step",
-                                 "stages": [s.as_dict(series=True) for s in stages]}, allow_nan=False))
+        write_text_atomic(p, json.dumps({"unit": "bytes, seconds from the start of the step",
+                                         "stages": [s.as_dict(series=True) for s in stages]}, allow_nan=False))
     return p
 
 
@@ -93,6 +95,19 @@ def _engine_info(tl: Timeline) -> dict[str, Any]:
         "contended_flows": tl.contended_flows,
         "overlapped_compute_tasks": tl.overlapped_tasks,
     }
+
+
+def check_event_size(job: Job, steps: int) -> None:
+    """Refuse event simulations too large to finish (micro-batches × pipeline chunks × steps, see spec.limits)."""
+    from trainsim.spec.limits import MAX_EVENT_UNITS
+
+    if not isinstance(steps, int) or steps < 1:
+        raise TrainsimError("steps", f"must be a positive integer (got {steps!r})", "give --steps 1 or more")
+    units = job.num_microbatches * job.parallelism.pp * job.parallelism.vpp * steps
+    if units > MAX_EVENT_UNITS:
+        raise TrainsimError(
+            "engine", f"the event engine would simulate {units:,} micro-batch stage steps (limit {MAX_EVENT_UNITS:,})",
+            "use --engine analytic, fewer --steps, or a larger --micro-batch-size")
 
 
 def simulate_job(job: Job, cost_model: CostModel | None = None, **options: Any) -> tuple[Estimate, dict[str, Any]]:
@@ -118,6 +133,7 @@ def simulate_job_timeline(
     if export_meta is not None and export_ops is None:
         raise TrainsimError("export_meta", "needs --export-ops (the trace the metadata describes)",
                             "add --export-ops ops.parquet")
+    check_event_size(job, steps)
     model = cost_model or default_cost_model(job)
     tl = simulate(job, model, slow_rank=slow_rank, slow_stage=slow_stage, slow_link=slow_link, seq_len_cv=seq_len_cv,
                   seed=seed, steps=steps, link_sharing=link_sharing)

@@ -96,7 +96,9 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
     fields["source"] = "Hugging Face config.json"
     if "seq_length" in fields:
         fields["seq_length"] = int(fields["seq_length"])
-    return Model(**fields)
+    from trainsim.io.hf_moe import moe_fields  # MoE / latent-attention architectures
+
+    return Model(**moe_fields(cfg, model_type, fields))
 
 
 def load_hf_config(path: str | Path) -> Model:

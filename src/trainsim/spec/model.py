@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
 def megatron_swiglu_ffn(hidden_size: int) -> int:
@@ -29,30 +30,66 @@ class Model(Spec):
     """
 
     name: str = "custom"
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_query_groups: int | None = Field(default=None, gt=0)
-    kv_channels: int | None = Field(default=None, gt=0)
-    ffn_hidden_size: int | None = Field(default=None, gt=0)
-    vocab_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
+    num_attention_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_query_groups: int | None = Field(default=None, gt=0, le=MAX_HEADS)
+    kv_channels: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
     make_vocab_size_divisible_by: int = Field(default=128, gt=0)
-    seq_length: int = Field(default=2048, gt=0, description="default/maximum training sequence length")
+    seq_length: int = Field(default=2048, gt=0, le=MAX_SEQ_LENGTH,
+                            description="default/maximum training sequence length")
     swiglu: bool = False
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     untie_embeddings_and_output_weights: bool = False
     position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "learned_absolute"
     add_bias_linear: bool = True
+    add_qkv_bias: bool = Field(default=False, description="biases on Q, K and V only (Qwen2)")
     causal: bool = True
     hidden_dropout: float = Field(default=0.1, ge=0, lt=1)
     attention_dropout: float = Field(default=0.1, ge=0, lt=1)
     input_embedding: Literal["vocab", "patch"] = "vocab"
+    qk_layernorm: bool = Field(default=False, description="RMSNorm on each query/key head (Qwen3, OLMo2)")
+    attention_sinks: bool = Field(default=False, description="a learned sink logit per head (GPT-OSS)")
+    # Local attention on some layers: a sliding window (GPT-OSS, Mistral) or chunked attention (Llama 4). Megatron's
+    # --window-size / --window-attn-skip-freq: every ``local_attention_skip_freq``-th layer (1-based) stays global.
+    local_attention: Literal["none", "sliding", "chunked"] = "none"
+    local_attention_size: int | None = Field(default=None, gt=0, le=MAX_SEQ_LENGTH,
+                                             description="window or chunk length (tokens)")
+    local_attention_skip_freq: int | None = Field(default=None, gt=0,
+                                                  description="every n-th layer is global; None: all layers local")
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2); Megatron's --multi-latent-attention and its sizes.
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH,
+                                    description="query compression rank (None: no q down-proj)")
+    kv_lora_rank: int = Field(default=512, gt=0, le=MAX_WIDTH)
+    qk_head_dim: int = Field(default=128, gt=0, description="MLA: per-head query/key dim without RoPE")
+    qk_pos_emb_head_dim: int = Field(default=64, gt=0, description="MLA: decoupled RoPE dim per head")
+    v_head_dim: int = Field(default=128, gt=0, description="MLA: per-head value dim")
     # Mixture of experts (num_experts None or 0: dense).
-    num_experts: int | None = Field(default=None, ge=0)
-    moe_router_topk: int = Field(default=2, gt=0)
-    moe_ffn_hidden_size: int | None = Field(default=None, gt=0)
-    moe_shared_expert_intermediate_size: int | None = Field(default=None, ge=0)
-    moe_layer_freq: int = Field(default=1, gt=0, description="every k-th layer is an MoE layer")
+    num_experts: int | None = Field(default=None, ge=0, le=MAX_EXPERTS)
+    moe_router_topk: int = Field(default=2, gt=0, le=MAX_EXPERTS)
+    moe_ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    moe_shared_expert_intermediate_size: int | None = Field(default=None, ge=0, le=MAX_WIDTH)
+    moe_layer_freq: int = Field(default=1, gt=0, le=MAX_LAYERS, description="every k-th layer is an MoE layer")
+    moe_layer_offset: int = Field(default=0, ge=0,
+                                  description="MoE layers are those with index % moe_layer_freq == offset")
+    moe_first_k_dense: int = Field(default=0, ge=0, le=MAX_LAYERS,
+                                   description="the first k layers are dense (DeepSeek)")
+    moe_shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen2-MoE)")
+    moe_router_bias: bool = Field(default=False, description="the router linear has a bias (GPT-OSS)")
+    moe_expert_capacity_factor: float | None = Field(
+        default=None, gt=0, description="token capacity per expert as a multiple of the balanced load; None: dropless"
+    )
+    moe_load_imbalance: float = Field(
+        default=1.0, ge=1.0, description="tokens of the busiest expert-parallel rank / the mean (1: balanced)"
+    )
+    moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "aux_loss"
+    moe_router_enable_expert_bias: bool = Field(default=False,
+                                                description="auxiliary-loss-free balancing with a per-expert bias")
+    mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS,
+                                description="multi-token prediction depth (DeepSeek-V3 MTP)")
     source: str | None = None
 
     @model_validator(mode="after")
@@ -70,6 +107,18 @@ class Model(Spec):
                 f"hidden size {self.hidden_size} is not divisible by {heads} heads",
                 "give --kv-channels (head dim) explicitly or change the hidden size",
             )
+        if self.local_attention != "none" and self.local_attention_size is None:
+            raise TrainsimError(
+                "model.local_attention_size",
+                f"{self.local_attention} attention needs its window/chunk length",
+                "give local_attention_size (e.g. 128 for GPT-OSS, 8192 for Llama 4)",
+            )
+        if self.is_moe and self.moe_first_k_dense >= self.num_layers:
+            raise TrainsimError(
+                "model.moe_first_k_dense",
+                f"all {self.num_layers} layers would be dense",
+                "use fewer first dense layers than layers",
+            )
         if self.is_moe and self.moe_router_topk > (self.num_experts or 0):
             raise TrainsimError(
                 "model.moe_router_topk",
@@ -81,17 +130,26 @@ class Model(Spec):
     # ---- derived sizes -------------------------------------------------------------------------------------------
     @property
     def query_groups(self) -> int:
-        """Number of key/value heads (query groups); equals the heads for multi-head attention."""
+        """Number of key/value heads (query groups); equals the heads for multi-head attention and MLA."""
+        if self.multi_latent_attention:
+            return self.num_attention_heads
         return self.num_query_groups or self.num_attention_heads
 
     @property
     def head_dim(self) -> int:
-        """Per-head dimension (Megatron's ``kv_channels``)."""
+        """Per-head query/key dimension (Megatron's ``kv_channels``; MLA: no-RoPE plus RoPE part)."""
+        if self.multi_latent_attention:
+            return self.qk_head_dim + self.qk_pos_emb_head_dim
         return self.kv_channels or self.hidden_size // self.num_attention_heads
 
     @property
+    def v_dim(self) -> int:
+        """Per-head value dimension (equals :attr:`head_dim` except with MLA)."""
+        return self.v_head_dim if self.multi_latent_attention else self.head_dim
+
+    @property
     def ffn_size(self) -> int:
-        """FFN hidden size (per branch for SwiGLU)."""
+        """FFN hidden size of the dense layers (per branch for SwiGLU)."""
         if self.ffn_hidden_size is not None:
             return self.ffn_hidden_size
         return megatron_swiglu_ffn(self.hidden_size) if self.swiglu else 4 * self.hidden_size
@@ -106,12 +164,56 @@ class Model(Spec):
         """FFN hidden size of one expert."""
         return self.moe_ffn_hidden_size or self.ffn_size
 
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether transformer layer ``layer`` (0-based) has an MoE MLP.
+
+        Layer ``i`` is MoE when ``i ≥ moe_first_k_dense`` and ``i % moe_layer_freq == moe_layer_offset``: Megatron's
+        integer ``--moe-layer-freq`` (offset 0), DeepSeek's ``first_k_dense_replace``, Qwen-MoE's
+        ``decoder_sparse_step`` and Llama 4's ``interleave_moe_layer_step`` (offset ``step − 1``).
+        """
+        return (self.is_moe and layer >= self.moe_first_k_dense
+                and layer % self.moe_layer_freq == self.moe_layer_offset % self.moe_layer_freq)
+
+    @cached_property
+    def moe_layer_flags(self) -> tuple[bool, ...]:
+        """:meth:`is_moe_layer` of every layer."""
+        return tuple(self.is_moe_layer(i) for i in range(self.num_layers))
+
     @property
     def num_moe_layers(self) -> int:
         """Number of layers whose MLP is a mixture of experts."""
-        if not self.is_moe:
-            return 0
-        return len(range(0, self.num_layers, self.moe_layer_freq))
+        return sum(self.moe_layer_flags)
+
+    def is_local_attention_layer(self, layer: int) -> bool:
+        """Whether ``layer`` (0-based) attends only within a window/chunk (Megatron's ``--window-attn-skip-freq``:
+        every ``freq``-th layer counted from 1 is global)."""
+        if self.local_attention == "none":
+            return False
+        freq = self.local_attention_skip_freq
+        return freq is None or (layer + 1) % freq != 0
+
+    @cached_property
+    def local_attention_layers(self) -> int:
+        """Number of layers with sliding-window or chunked attention."""
+        return sum(self.is_local_attention_layer(i) for i in range(self.num_layers))
+
+    def attention_keys(self, seq: int) -> float:
+        """Mean number of keys one query attends to in a causal layer, averaged over the layers (the FLOP scale of
+        the attention scores: ``seq/2`` for full causal attention).
+
+        A sliding window of ``w`` tokens gives ``(s·w − w(w−1)/2)/s`` keys per query; chunks of ``c`` tokens give
+        ``(c + 1)/2``.
+        """
+        full = (seq + 1) / 2
+        n_local = self.local_attention_layers
+        if not n_local:
+            return full
+        size = min(self.local_attention_size or seq, seq)
+        if self.local_attention == "sliding":
+            local = (seq * size - size * (size - 1) / 2) / seq
+        else:
+            local = (size + 1) / 2 * (seq // size * size) / seq + (seq % size + 1) / 2 * (seq % size) / seq
+        return (n_local * local + (self.num_layers - n_local) * full) / self.num_layers
 
     def padded_vocab_size(self, tp: int = 1) -> int:
         """Vocabulary padded as Megatron does: a multiple of ``make_vocab_size_divisible_by × tp``."""
@@ -119,15 +221,59 @@ class Model(Spec):
         return -(-self.vocab_size // multiple) * multiple
 
     @cached_property
+    def attention_replicated_params(self) -> int:
+        """Attention parameters every tensor-parallel rank holds in full: the norm, and with MLA the down-projections
+        and latent norms (Megatron builds them ``duplicated``)."""
+        params = self._norm_params
+        if self.multi_latent_attention:
+            h, rope = self.hidden_size, self.qk_pos_emb_head_dim
+            if self.q_lora_rank:
+                params += h * self.q_lora_rank + self.q_lora_rank
+            params += h * (self.kv_lora_rank + rope) + self.kv_lora_rank
+        return params
+
+    @cached_property
     def attention_params(self) -> int:
-        """Parameters of one attention block (QKV + output projection, biases, norm)."""
-        h, d = self.hidden_size, self.head_dim
-        q = self.num_attention_heads * d
+        """Parameters of one attention block (projections, biases, q/k norms, sinks and the input norm)."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        if self.multi_latent_attention:
+            qk = self.qk_head_dim + self.qk_pos_emb_head_dim
+            q_in = self.q_lora_rank or h
+            params = q_in * heads * qk  # query up-projection (or the full query projection)
+            params += self.kv_lora_rank * heads * (self.qk_head_dim + self.v_head_dim)  # key/value up-projection
+            params += heads * self.v_head_dim * h  # output projection
+            return params + self.attention_replicated_params
+        d = self.head_dim
+        q = heads * d
         kv = 2 * self.query_groups * d
         params = h * (q + kv) + q * h
+        if self.add_bias_linear or self.add_qkv_bias:
+            params += q + kv
         if self.add_bias_linear:
-            params += q + kv + h
+            params += h
+        if self.qk_layernorm:
+            params += 2 * d
+        if self.attention_sinks:
+            params += heads
         return params + self._norm_params
+
+    @cached_property
+    def attention_linear_params(self) -> int:
+        """Weights of the attention block's linear layers (the GEMMs: 2 FLOPs per weight per token)."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        if self.multi_latent_attention:
+            qk = self.qk_head_dim + self.qk_pos_emb_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * qk) if self.q_lora_rank else h * heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
+            kv += self.kv_lora_rank * heads * (self.qk_head_dim + self.v_head_dim)
+            return q + kv + heads * self.v_head_dim * h
+        q = heads * self.head_dim
+        return h * (q + 2 * self.query_groups * self.head_dim) + q * h
+
+    def attention_span(self, seq: int) -> float:
+        """Attention-score work relative to full causal attention over ``seq`` tokens, averaged over the layers
+        (1.0 without sliding-window or chunked layers)."""
+        return self.attention_keys(seq) / ((seq + 1) / 2)
 
     @property
     def _norm_params(self) -> int:
@@ -142,6 +288,25 @@ class Model(Spec):
         return params
 
     @cached_property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert."""
+        return self._mlp_params(self.expert_ffn_size)
+
+    @cached_property
+    def router_params(self) -> int:
+        """Parameters of one router (gate)."""
+        experts = self.num_experts or 0
+        return experts * self.hidden_size + (experts if self.moe_router_bias else 0)
+
+    @cached_property
+    def shared_expert_params(self) -> int:
+        """Parameters of the shared expert(s) of one MoE layer (Megatron: one MLP of the summed size)."""
+        shared = self.moe_shared_expert_intermediate_size or 0
+        if not shared:
+            return 0
+        return self._mlp_params(shared) + (self.hidden_size if self.moe_shared_expert_gate else 0)
+
+    @cached_property
     def dense_mlp_params(self) -> int:
         """Parameters of one dense MLP block (with its norm)."""
         return self._mlp_params(self.ffn_size) + self._norm_params
@@ -149,19 +314,34 @@ class Model(Spec):
     @cached_property
     def moe_mlp_params(self) -> int:
         """Parameters of one MoE MLP block: all experts, shared experts, router and norm."""
-        shared = self.moe_shared_expert_intermediate_size or 0
-        params = (self.num_experts or 0) * self._mlp_params(self.expert_ffn_size)
-        if shared:
-            params += self._mlp_params(shared)
-        return params + (self.num_experts or 0) * self.hidden_size + self._norm_params
+        return ((self.num_experts or 0) * self.expert_params + self.shared_expert_params + self.router_params
+                + self._norm_params)
+
+    @cached_property
+    def _layers_params(self) -> int:
+        moe = self.num_moe_layers
+        dense = self.num_layers - moe
+        return self.num_layers * self.attention_params + dense * self.dense_mlp_params + moe * self.moe_mlp_params
 
     @cached_property
     def layer_params(self) -> int:
         """Average parameters per transformer layer."""
-        moe = self.num_moe_layers
-        dense = self.num_layers - moe
-        total = self.num_layers * self.attention_params + dense * self.dense_mlp_params + moe * self.moe_mlp_params
-        return total // self.num_layers
+        return self._layers_params // self.num_layers
+
+    @cached_property
+    def mtp_layer_params(self) -> int:
+        """Parameters of one multi-token-prediction module without the shared embedding and output head: the two
+        input norms, the ``2h → h`` projection, one transformer layer (MoE for MoE models) and its final norm."""
+        if not self.mtp_num_layers:
+            return 0
+        h = self.hidden_size
+        mlp = self.moe_mlp_params if self.is_moe else self.dense_mlp_params
+        return 2 * self._norm_params + 2 * h * h + self.attention_params + mlp + self._norm_params
+
+    @cached_property
+    def mtp_params(self) -> int:
+        """Parameters of all multi-token-prediction modules (not counted in published model sizes)."""
+        return self.mtp_num_layers * self.mtp_layer_params
 
     @cached_property
     def embedding_params(self) -> int:
@@ -180,22 +360,13 @@ class Model(Spec):
 
     @cached_property
     def num_params(self) -> int:
-        """Total parameters (unpadded layers, padded vocabulary)."""
-        moe = self.num_moe_layers
-        dense = self.num_layers - moe
-        layers = self.num_layers * self.attention_params + dense * self.dense_mlp_params + moe * self.moe_mlp_params
-        return layers + self.embedding_params + self.output_params
+        """Total trained parameters (unpadded layers, padded vocabulary, multi-token-prediction modules included)."""
+        return self._layers_params + self.embedding_params + self.output_params + self.mtp_params
 
     @cached_property
     def num_active_params(self) -> int:
-        """Parameters touched per token (top-k experts only, for MoE)."""
+        """Parameters touched per token (top-k routed experts only, for MoE; MTP modules excluded)."""
         if not self.is_moe:
-            return self.num_params
-        k = self.moe_router_topk
-        shared = self.moe_shared_expert_intermediate_size or 0
-        active_moe = k * self._mlp_params(self.expert_ffn_size) + (self._mlp_params(shared) if shared else 0)
-        active_moe += (self.num_experts or 0) * self.hidden_size + self._norm_params
-        moe = self.num_moe_layers
-        dense = self.num_layers - moe
-        layers = self.num_layers * self.attention_params + dense * self.dense_mlp_params + moe * active_moe
-        return layers + self.embedding_params + self.output_params
+            return self.num_params - self.mtp_params
+        idle = (self.num_experts or 0) - self.moe_router_topk
+        return self.num_params - self.mtp_params - self.num_moe_layers * idle * self.expert_params

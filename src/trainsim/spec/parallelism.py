@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
 
 Schedule = Literal["1f1b", "gpipe", "interleaved", "zb-h1"]
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -19,20 +21,33 @@ class Parallelism(Spec):
     ``dp`` may be left ``None`` and is then derived from the GPU count. ``rank_order`` lists the dimensions from the
     fastest-varying (adjacent global ranks) to the slowest, as Megatron's ``tp-cp-ep-dp-pp`` default: with it,
     tensor-parallel ranks share a node. ``first_stage_layers``/``last_stage_layers`` give an uneven split
-    (Megatron's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``).
+    (Megatron's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``), also with virtual
+    stages; ``account_for_embedding_in_pipeline_split``/``account_for_loss_in_pipeline_split`` count the embedding
+    and the loss as a layer of the first/last virtual stage, and ``pipeline_layout`` places every layer explicitly
+    (``--pipeline-model-parallel-layout``): see :mod:`trainsim.spec.pipeline_split`.
     """
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    dp: int | None = Field(default=None, gt=0)
+    tp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    pp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    vpp: int = Field(default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
+    cp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    ep: int = Field(default=1, gt=0, le=MAX_GPUS)
+    dp: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     sequence_parallel: bool = False
     schedule: Schedule | None = Field(default=None, description="None: interleaved when vpp > 1, else 1f1b")
     rank_order: str = DEFAULT_RANK_ORDER
-    first_stage_layers: int | None = Field(default=None, ge=0)
-    last_stage_layers: int | None = Field(default=None, ge=0)
+    first_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
+    last_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    pipeline_layout: str | None = Field(
+        default=None,
+        description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29m|L': virtual stages separated by "
+                    "'|' in virtual-stage order, t a transformer layer, E the embedding, m the MTP layers, L the loss",
+    )
+    etp: int | None = Field(default=None, gt=0, le=MAX_GPUS,
+                            description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); "
+                                        "None: equal to tp")
 
     @field_validator("rank_order")
     @classmethod
@@ -42,7 +57,45 @@ class Parallelism(Spec):
             raise ValueError(f"must be a permutation of {DEFAULT_RANK_ORDER} (got {value!r})")
         return "-".join(parts)
 
+    @field_validator("pipeline_layout")
+    @classmethod
+    def _check_layout(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_pipeline_layout(value)
+        return value
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel size of the expert layers (``etp``, default ``tp``)."""
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def virtual_stage_layers(self) -> tuple[int, ...] | None:
+        """Transformer layers of every virtual stage (in virtual-stage order) given by :attr:`pipeline_layout`."""
+        return None if self.pipeline_layout is None else parse_pipeline_layout(self.pipeline_layout)[0]
+
     @property
     def model_parallel_size(self) -> int:
         """GPUs holding one replica of the model: tp·pp·cp."""
         return self.tp * self.pp * self.cp
+
+
+_REPEAT = re.compile(r"\(([^()]*)\)\*(\d+)|([EtmL|])\*(\d+)")
+
+
+def parse_pipeline_layout(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Parse Megatron's ``--pipeline-model-parallel-layout`` into (transformer layers per virtual stage, the stage
+    strings). ``(...)*n`` and ``X*n`` repeat; ``|`` separates virtual stages; spaces are ignored."""
+    s = text.replace(" ", "")
+    while True:
+        expanded = _REPEAT.sub(lambda m: (m.group(1) if m.group(1) is not None else m.group(3))
+                               * int(m.group(2) or m.group(4)), s)
+        if expanded == s:
+            break
+        s = expanded
+    if not s or set(s) - set("EtmL|"):
+        raise ValueError(f"{text!r}: use E, t, m, L, '|' separators and (...)*n repeats (e.g. 'Et*3|(tt|)*29m|L')")
+    stages = tuple(s.split("|"))
+    if "E" in "".join(stages[1:]) or "L" in "".join(stages[:-1]):
+        raise ValueError(f"{text!r}: E (embedding) belongs to the first virtual stage and L (loss) to the last")
+    return tuple(st.count("t") for st in stages), stages

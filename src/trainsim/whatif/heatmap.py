@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainsim.io.atomic import atomic_path
+
 if TYPE_CHECKING:  # pragma: no cover
     from trainsim.whatif.result import WhatIfResult
 
@@ -99,7 +101,8 @@ def plot_worker_heatmap(
     bar = fig.colorbar(image, cax=divider.append_axes("right", size=0.18, pad=0.12))
     bar.set_label("min(S_dp, S_stage)", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    fig.savefig(path, bbox_inches="tight", pad_inches=0.15)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
 
 

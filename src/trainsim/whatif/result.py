@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from trainsim.io.atomic import atomic_path, write_text_atomic
 from trainsim.io.traces import TraceMeta
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,7 +157,7 @@ class WhatIfResult:
         out.mkdir(parents=True, exist_ok=True)
         written = []
         p = out / "result.json"
-        p.write_text(self.to_json() + "\n")
+        write_text_atomic(p, self.to_json() + "\n")
         written.append(p)
         for name in (
             "per_step",
@@ -168,7 +169,8 @@ class WhatIfResult:
             "step_by_dp_rank",
         ):
             p = out / f"{name}.csv"
-            getattr(self, name).to_csv(p)
+            with atomic_path(p) as tmp:
+                getattr(self, name).to_csv(tmp)
             written.append(p)
         p = out / "heatmap.png"
         self.write_heatmap(p)

@@ -35,18 +35,19 @@ class IterationFlops:
 
 
 def _attention_score_flops(model: Model, tokens: float, seq: int, convention: FlopsConvention) -> float:
-    """Forward FLOPs of QKᵀ and PV for ``tokens`` tokens of sequences of length ``seq``."""
-    full = 4.0 * tokens * seq * model.num_attention_heads * model.head_dim
+    """Forward FLOPs of QKᵀ and PV for ``tokens`` tokens of sequences of length ``seq`` (MLA: query/key heads of
+    ``qk_head_dim + qk_pos_emb_head_dim``, value heads of ``v_head_dim``; sliding-window and chunked layers only
+    over their window, averaged over the layers)."""
+    full = 2.0 * tokens * seq * model.num_attention_heads * (model.head_dim + model.v_dim)
+    full *= model.attention_span(seq) if model.causal else 1.0
     return full * (0.5 if (convention == "causal" and model.causal) else 1.0)
 
 
 def layer_forward_flops(model: Model, tokens: float, seq: int, convention: FlopsConvention = "megatron",
                         moe: bool = False) -> float:
     """Forward matrix FLOPs of one layer for ``tokens`` tokens."""
-    h, d = model.hidden_size, model.head_dim
-    q = model.num_attention_heads * d
-    kv = 2 * model.query_groups * d
-    flops = 2.0 * tokens * h * (q + kv) + 2.0 * tokens * q * h
+    h = model.hidden_size
+    flops = 2.0 * tokens * model.attention_linear_params
     flops += _attention_score_flops(model, tokens, seq, convention)
     mult = 3 if model.swiglu else 2
     if moe:
@@ -67,6 +68,11 @@ def model_forward_flops(model: Model, tokens: float, seq: int, convention: Flops
     if moe_layers:
         flops += moe_layers * layer_forward_flops(model, tokens, seq, convention, moe=True)
     flops += 2.0 * tokens * model.hidden_size * model.padded_vocab_size()
+    if model.mtp_num_layers:  # each MTP depth: the 2h → h projection, one more layer and one more LM head
+        h = model.hidden_size
+        per = (4.0 * tokens * h * h + layer_forward_flops(model, tokens, seq, convention, moe=model.is_moe)
+               + 2.0 * tokens * h * model.padded_vocab_size())
+        flops += model.mtp_num_layers * per
     return flops
 
 
@@ -79,7 +85,9 @@ def iteration_flops(job: Job, convention: FlopsConvention = "megatron") -> Itera
     model_flops = 3.0 * fwd
     hardware = model_flops
     if tr.recompute_granularity == "full":
-        layers_fwd = fwd - 2.0 * tokens * model.hidden_size * model.padded_vocab_size()
+        moe_layers = model.num_moe_layers
+        layers_fwd = ((model.num_layers - moe_layers) * layer_forward_flops(model, tokens, seq, convention)
+                      + moe_layers * layer_forward_flops(model, tokens, seq, convention, moe=True))
         recomputed = sum(n for s in range(job.parallelism.pp) for (_moe, mode), n in stage_layer_counts(job, s).items()
                          if mode == "full")
         hardware += layers_fwd * recomputed / model.num_layers

@@ -10,7 +10,9 @@
    fp32 params, fp32 grads         4 + 4 + 8      4 + 4 + 8/d
    ==============================  =============  =================================
 
-   (with 16-bit gradients the optimizer keeps an fp32 copy of its gradient shard). ZeRO-2 also shards the gradients,
+   (with 16-bit gradients the optimizer keeps an fp32 copy of its gradient shard). Routed-expert parameters are
+   sharded over the expert-data-parallel group instead (``tp·cp·dp/(ep·etp)`` ranks), as Megatron-Core's distributed
+   optimizer does with its expert-parallel buffers. ZeRO-2 also shards the gradients,
    ZeRO-3 the parameters (plus two gathered layers in flight). FP8 keeps a 1-byte copy of the weights next to the
    16-bit ones.
 2. **Activations** per layer and micro-batch, tensor by tensor as in Korthikanti et al. (2022): for a GPT layer with
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
 if TYPE_CHECKING:
@@ -145,21 +148,31 @@ def in_flight_microbatches(schedule: str, stage: int, pp: int, num_microbatches:
 
 def stage_parameters(job: Job, stage: int) -> float:
     """Parameters held by one GPU of ``stage`` (after tensor and expert parallelism, before ZeRO)."""
+    dense, expert = stage_parameter_split(job, stage)
+    return dense + expert
+
+
+def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
+    """(non-expert, expert) parameters held by one GPU of ``stage``.
+
+    Non-expert parameters are split by tensor parallelism (norms and MLA down-projections replicated) and replicated
+    over the dp·cp ranks; routed-expert parameters are split by expert parallelism and the expert tensor-parallel size
+    ``etp`` and replicated over the expert-data-parallel group of ``dp·cp·tp/(ep·etp)`` ranks (Megatron's parallel
+    folding). Shared experts and routers belong to the non-expert part. The last stage also holds the
+    multi-token-prediction modules.
+    """
     model, par = job.model, job.parallelism
-    tp, pp, ep = par.tp, par.pp, par.ep
-    layers = job.layers_per_stage[stage]
-    first_layer = sum(job.layers_per_stage[:stage])
+    tp, pp, ep, etp = par.tp, par.pp, par.ep, par.expert_tp
     norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
-    params = 0.0
-    attn = (model.attention_params - norm) / tp + norm
-    dense = (model.dense_mlp_params - norm) / tp + norm
-    for layer in range(first_layer, first_layer + layers):
-        params += attn
-        is_moe = model.is_moe and layer % model.moe_layer_freq == 0
-        if is_moe:
-            params += (model.moe_mlp_params - norm) / (tp * ep) + norm
-        else:
-            params += dense
+    attn = (model.attention_params - model.attention_replicated_params) / tp + model.attention_replicated_params
+    dense_mlp = (model.dense_mlp_params - norm) / tp + norm
+    moe_rest = (model.shared_expert_params + model.router_params) / tp + norm
+    routed = (model.num_experts or 0) * model.expert_params / (ep * etp)
+    counts = stage_layer_counts(job, stage)
+    layers = sum(counts.values())
+    moe_layers = sum(n for (is_moe, _mode), n in counts.items() if is_moe)
+    params = layers * attn + (layers - moe_layers) * dense_mlp + moe_layers * moe_rest
+    expert = moe_layers * routed
     v_h = model.padded_vocab_size(tp) * model.hidden_size / tp
     if stage == 0:
         params += v_h
@@ -169,7 +182,12 @@ def stage_parameters(job: Job, stage: int) -> float:
         params += norm
         if model.untie_embeddings_and_output_weights or pp > 1:
             params += v_h
-    return params
+        if model.mtp_num_layers:
+            h = model.hidden_size
+            mtp_mlp = (moe_rest if model.is_moe else dense_mlp)
+            params += model.mtp_num_layers * (3 * norm + 2 * h * h / tp + attn + mtp_mlp)
+            expert += model.mtp_num_layers * (routed if model.is_moe else 0.0)
+    return params, expert
 
 
 def stage_memory(job: Job, stage: int) -> StageMemory:
@@ -179,12 +197,16 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     b, seq = tr.micro_batch_size, job.seq_length
     e = 4.0 if tr.precision == "fp32" else 2.0
     sp = job.sequence_parallel
-    shards = job.dp * cp
-    params = stage_parameters(job, stage)
-    w, g, o = bytes_per_param(tr.precision, tr.zero_stage, shards, tr.grads_in_fp32)
-    weights = params * w
-    if tr.zero_stage >= 3:  # two gathered layers in flight (current and prefetched)
-        weights += 2 * model.layer_params / tp * (2.0 if tr.precision != "fp32" else 4.0)
+    dense, expert = stage_parameter_split(job, stage)
+    sh = sharding_of(job)
+    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32)
+    # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
+    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32)
+    weights = dense * w + expert * we
+    gradients = dense * g + expert * ge
+    optimizer = dense * o + expert * oe
+    if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
+        weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
 
     q = 1.0 if tr.precision == "fp8" else e
     per_mb = 0.0
@@ -207,7 +229,7 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     if pp > 1 and stage in (0, pp - 1) and not model.untie_embeddings_and_output_weights:
         groups += 1  # embedding group
     other = CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups + FRAGMENTATION * activations
-    return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=params * g, optimizer_bytes=params * o,
+    return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
                        activations_bytes=activations, other_bytes=other)
 
 

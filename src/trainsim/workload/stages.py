@@ -15,19 +15,17 @@ if TYPE_CHECKING:
 def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
     """Global indices of the transformer layers of model chunk ``chunk`` on ``stage``.
 
-    Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the ``chunk·p + stage``-th block of
-    ``layers / (p·v)`` consecutive layers.
+    Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the next block of consecutive layers
+    after virtual stage ``chunk·p + stage − 1`` (block sizes from :attr:`Job.virtual_stage_layers`, uneven with
+    first/last stage sizes, embedding/loss accounting or an explicit layout).
     """
-    return _indices(job.layers_per_stage, job.parallelism.pp, job.parallelism.vpp, stage, chunk)
+    return _indices(job.virtual_stage_layers, job.parallelism.pp, job.parallelism.vpp, stage, chunk)
 
 
-def _indices(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int) -> range:
-    if vpp == 1:
-        first = sum(layers_per_stage[:stage])
-        return range(first, first + layers_per_stage[stage])
-    n = layers_per_stage[stage] // vpp
+def _indices(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int) -> range:
     vs = chunk * pp + stage
-    return range(vs * n, (vs + 1) * n)
+    first = sum(vstage_layers[:vs])
+    return range(first, first + vstage_layers[vs])
 
 
 def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ...]:
@@ -37,7 +35,7 @@ def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ..
     recomputed (Megatron's ``block`` method) and the others are not (mode ``none``).
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return _chunk_kinds(job.layers_per_stage, par.pp, par.vpp, stage, chunk, model.is_moe, model.moe_layer_freq,
+    return _chunk_kinds(job.virtual_stage_layers, par.pp, par.vpp, stage, chunk, model.moe_layer_flags,
                         tr.recompute_granularity, tr.recompute_num_layers)
 
 
@@ -48,28 +46,29 @@ def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
     are cached on the few values they depend on.
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return dict(_stage_counts(job.layers_per_stage, par.pp, par.vpp, stage, model.is_moe, model.moe_layer_freq,
+    return dict(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.moe_layer_flags,
                               tr.recompute_granularity, tr.recompute_num_layers))
 
 
 @lru_cache(maxsize=8192)
-def _stage_counts(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, is_moe: bool, moe_freq: int,
+def _stage_counts(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, moe_flags: tuple[bool, ...],
                   recompute: str, recompute_num_layers: int | None) -> tuple[tuple[tuple[bool, str], int], ...]:
     counts: dict[tuple[bool, str], int] = {}
     for chunk in range(vpp):
-        for kind in _chunk_kinds(layers_per_stage, pp, vpp, stage, chunk, is_moe, moe_freq, recompute,
+        for kind in _chunk_kinds(vstage_layers, pp, vpp, stage, chunk, moe_flags, recompute,
                                  recompute_num_layers):
             counts[kind] = counts.get(kind, 0) + 1
     return tuple(counts.items())
 
 
 @lru_cache(maxsize=8192)
-def _chunk_kinds(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int, is_moe: bool,
-                 moe_freq: int, recompute: str, recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
+def _chunk_kinds(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+                 moe_flags: tuple[bool, ...], recompute: str,
+                 recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
     out = []
-    for local, layer in enumerate(_indices(layers_per_stage, pp, vpp, stage, chunk)):
+    for local, layer in enumerate(_indices(vstage_layers, pp, vpp, stage, chunk)):
         mode = recompute
         if recompute == "full" and recompute_num_layers is not None and local >= recompute_num_layers:
             mode = "none"
-        out.append((bool(is_moe and layer % moe_freq == 0), mode))
+        out.append((moe_flags[layer], mode))
     return tuple(out)

@@ -1,0 +1,45 @@
+"""MoE and new dense presets: loadable, sourced, with the published sizes; the new systems match NVIDIA's specs."""
+
+import pytest
+
+from trainsim.spec import load_model
+from trainsim.spec.presets import load_system
+
+# preset → (published total parameters, relative tolerance); sources in each preset's "source" field
+TOTALS = {
+    "deepseek-v2": (236e9, 0.015), "deepseek-v3": (671e9, 0.002), "kimi-k2": (1.04e12, 0.015),
+    "qwen3-30b-a3b": (30.5e9, 0.01), "qwen3-235b-a22b": (235e9, 0.01), "gpt-oss-20b": (20.91e9, 0.002),
+    "gpt-oss-120b": (116.83e9, 0.002), "mixtral-8x7b": (46.7e9, 0.01), "mixtral-8x22b": (141e9, 0.01),
+    "llama4-scout": (109e9, 0.02), "llama4-maverick": (400e9, 0.01), "grok-1": (314e9, 0.01),
+    "nemotron4-340b": (340e9, 0.01), "gpt3-81.2b": (81.2e9, 0.005),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOTALS))
+def test_preset_sizes(name: str) -> None:
+    m = load_model(name)
+    total, tol = TOTALS[name]
+    assert m.source
+    assert m.num_params - m.mtp_params == pytest.approx(total, rel=tol)
+
+
+def test_dense_presets_are_dense() -> None:
+    for name in ("nemotron4-340b", "gpt3-81.2b"):
+        assert not load_model(name).is_moe
+
+
+@pytest.mark.parametrize(("name", "gpus", "hbm", "bf16", "fp8", "nvlink"), [
+    ("dgx-b300", 8, 288e9, 2.25e15, 4.5e15, 900e9),
+    ("nvl72-gb300", 72, 288e9, 2.5e15, 5e15, 900e9),
+    ("hgx-h200", 8, 141e9, 989.4e12, 1978.9e12, 450e9),
+    ("nvl72-gb200", 72, 186e9, 2.5e15, 5e15, 900e9),
+])
+def test_system_presets_match_nvidia_specs(name: str, gpus: int, hbm: float, bf16: float, fp8: float,
+                                           nvlink: float) -> None:
+    s = load_system(name)
+    assert s.gpus_per_node == gpus  # the NVLink domain, not the 4-GPU tray of an NVL72 rack
+    assert s.gpu.hbm_capacity == hbm
+    assert s.gpu.peak_flops.bf16 == pytest.approx(bf16)
+    assert s.gpu.peak_flops.fp8 == pytest.approx(fp8)
+    assert s.node.nvlink_bandwidth == nvlink
+    assert s.source
