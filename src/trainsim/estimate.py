@@ -20,10 +20,12 @@ exposed times by category sum to the iteration time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainsim.cost.job_costs import CostModel, StageCost, default_cost_model, stage_costs
+from trainsim.workload.sharding import sharding_of
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -69,29 +71,42 @@ def _pipeline_time(job: Job, stages: list[StageCost], P: float) -> tuple[float, 
     return job.pipeline.pipeline_time(f, b, w, P, job.num_microbatches, v)
 
 
+def _overlapped_sync(s: StageCost, vpp: int, pp: int, slow: float) -> float:
+    """Gradient sync of one stage left after its backward pass, with ``--overlap-grad-reduce``.
+
+    Each chunk's buckets are reduced as its last backward produces them; under interleaving chunk ``c``'s last
+    backward ends ``c·pp`` chunk-backwards before the stage's last one (the cooldown runs chunks ``v−1 … 0``), so
+    its reduce-scatter also overlaps the later chunks. The chunks' collectives queue on one stream; what ends after
+    the stage's last backward is exposed, and the backward they overlap runs ``slow`` slower.
+    """
+    b = s.bwd / vpp
+    r = s.grad_sync / vpp
+    bucket = min(s.grad_bucket, r)
+    free = -math.inf
+    for c in range(vpp - 1, -1, -1):
+        end = -c * pp * b
+        free = max(free + r, end - b + r, end + bucket)
+    exposed = max(0.0, free)
+    return exposed + slow * min(max(0.0, s.grad_sync - exposed), vpp * pp * b)
+
+
 def _dp_exposed(job: Job, stages: list[StageCost], P: float, slow: float) -> float:
-    tr = job.training
-    p = job.parallelism.pp
-    mean_b = sum(s.bwd for s in stages) / p / job.parallelism.vpp
+    sh = sharding_of(job)
+    p, v = job.parallelism.pp, job.parallelism.vpp
+    mean_b = sum(s.bwd for s in stages) / p / v
     finish = []
     for s in stages:
         slack = s.stage * (mean_b + P)
-        if tr.overlap_grad_reduce:
-            last_bwd = s.bwd / job.parallelism.vpp
-            sync = max(s.grad_bucket, s.grad_sync - last_bwd)
-            hidden = s.grad_sync - sync
-            sync += slow * min(hidden, last_bwd)  # the backward it hides behind runs slower
-        else:
-            sync = s.grad_sync
+        sync = _overlapped_sync(s, v, p, slow) if sh.overlap_grad_reduce else s.grad_sync
         finish.append(sync + s.embedding_sync - slack)
     return max(0.0, max(finish))
 
 
 def _param_gather_exposed(job: Job, stages: list[StageCost], P: float, slow: float) -> float:
-    tr = job.training
-    if tr.zero_stage < 1 or tr.zero_stage >= 3:
+    sh = sharding_of(job)
+    if not sh.gather_per_step:
         return 0.0
-    if not tr.overlap_param_gather:
+    if not sh.overlap_param_gather:
         return max(s.param_gather for s in stages)
     exposed = []
     for s in stages:

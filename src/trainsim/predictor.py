@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import CostModel, default_cost_model
@@ -63,6 +63,12 @@ class Prediction(BaseModel):
     measured_compute_fraction: float = 0.0
     measured_comm_fraction: float = 0.0
     job: dict[str, Any]
+    _timeline: Any = PrivateAttr(default=None)
+
+    @property
+    def timeline(self) -> Any:
+        """The event engine's :class:`~trainsim.engine.timeline.Timeline` (``None`` for the analytic engine)."""
+        return self._timeline
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary (the ``--json`` output)."""
@@ -99,6 +105,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "precision": tr.precision,
         "attention": tr.attention,
         "num_params": job.model.num_params,
+        "dp_engine": job.dp_engine,
+        "framework": {**job.framework.model_dump(exclude={"sources"}), "label": job.framework.label},
     }
 
 
@@ -135,10 +143,11 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
                                 "use engine='event'")
         est = estimate(job, model)
         extra: dict[str, Any] = {}
+        timeline = None
     elif engine == "event":
-        from trainsim.engine import simulate_job
+        from trainsim.engine import simulate_job_timeline
 
-        est, extra = simulate_job(job, model, **engine_options)
+        est, extra, timeline = simulate_job_timeline(job, model, **engine_options)
     else:
         raise TrainsimError("engine", f"unknown engine {engine!r}", "use 'analytic' or 'event'")
     t = est.iteration_time_s
@@ -149,7 +158,7 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
     training = None
     if job.training.train_tokens:
         training = training_cost(job, t, job.training.train_tokens)
-    return Prediction(
+    prediction = Prediction(
         engine=engine,
         iteration_time_s=t,
         tokens_per_s=tokens / t,
@@ -171,3 +180,5 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         job=job_summary(job),
         **extra,
     )
+    prediction._timeline = timeline
+    return prediction

@@ -160,7 +160,7 @@ def test_open_domains_are_valid_values_given_the_outer_choices():
     assert {c.schedule for c in en.candidates if c.vpp > 2} == {"interleaved"}
     assert {c.tp for c in en.candidates} == {1, 2, 4, 8, 16, 32}  # divisors of 96 heads and of 64 GPUs
     assert {c.cp for c in en.candidates} == {1, 2}  # ≥ 1024 tokens per context-parallel rank at seq 2048
-    assert {c.zero_stage for c in en.candidates if c.pp > 1} == {0, 1}
+    assert {c.zero_stage for c in en.candidates if c.pp > 1} == {0, 1, 3}  # ZeRO-3 FSDP-style; never ZeRO-2
     assert {c.zero_stage for c in en.candidates if c.pp == 1 and c.dp > 1} == {0, 1, 2, 3}
     assert {c.zero_stage for c in en.candidates if c.dp * c.cp == 1} == {0}
 

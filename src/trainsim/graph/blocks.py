@@ -22,13 +22,13 @@ that feeds the analytic estimator.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trainsim.cost.comm import Placement
+from trainsim.cost.job_costs import Zero3Comm, zero3_layer_comm
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work
 from trainsim.workload.ops import CommOp, ComputeOp, Role, overlap_target
 
@@ -370,12 +370,12 @@ class BlockLibrary:
 
     # ---- chunks ---------------------------------------------------------------------------------------------------
     def chunk(self, kind: str, layers: tuple[tuple[bool, str], ...], first: bool, last: bool, split: bool,
-              zero3: tuple[float, float] | None = None) -> ChunkTemplate:
+              zero3: Zero3Comm | None = None) -> ChunkTemplate:
         """Template of one action over a model chunk.
 
         ``layers``: (is MoE, recompute mode) of each layer in forward order; ``first``/``last``: the chunk holds the
-        embedding / the head; ``zero3``: seconds of one layer's parameter all-gather and gradient reduce-scatter on
-        the data-parallel stream (ZeRO-3), or ``None``.
+        embedding / the head; ``zero3``: one layer's parameter all-gather and gradient reduce-scatter on the
+        data-parallel stream, with the prefetch depth (per-micro-batch ZeRO-3 / FSDP), or ``None``.
         """
         key = (kind, layers, first, last, split, zero3)
         if key in self._chunks:
@@ -409,9 +409,11 @@ class BlockLibrary:
         self._chunks[key] = tmpl
         return tmpl
 
-    def _zero3_chunk(self, kind: str, segments: tuple[Segment, ...], zero3: tuple[float, float]) -> ChunkTemplate:
-        """Chunk with ZeRO-3 per-layer gathers (prefetched one layer ahead) and, in backward, reduce-scatters."""
-        ag, rs = zero3
+    def _zero3_chunk(self, kind: str, segments: tuple[Segment, ...], zero3: Zero3Comm) -> ChunkTemplate:
+        """Chunk with ZeRO-3 per-layer gathers (``prefetch_depth`` layers ahead) and, in backward, reduce-scatters."""
+        ag, rs = zero3.gather, zero3.reduce
+        gathers = kind == "F" or zero3.gather_in_backward
+        depth = zero3.prefetch_depth
         slow = self.model.calibration.overlap_slowdown
         crosses = self.places["dp_cp"].crosses_nodes
         blocks = [(seg.block, seg.label != "embedding" and seg.label != "head")
@@ -431,23 +433,28 @@ class BlockLibrary:
             comm_dp += dur
             return dpfree
 
-        # the parameters of layer i are gathered while layer i-1 runs (the first one up front); the embedding and
-        # the head are sharded with the layers' gathers (as the analytic model counts them)
+        # the parameters of layer i are gathered when layer i-depth starts (the first depth+1 up front with
+        # prefetching); the embedding and the head are sharded with the layers' gathers (as the analytic model
+        # counts them)
         layer_idx = [i for i, (_, is_layer) in enumerate(blocks) if is_layer]
         ready = dict.fromkeys(range(n), 0.0)
-        if layer_idx:
+        issued = 0
+        if gathers and layer_idx and depth >= 1:
             ready[layer_idx[0]] = issue("zero3_param_gather", ag, 0.0)
-        nxt = dict(itertools.pairwise(layer_idx))
+            issued = 1
         t = 0.0
         offsets: list[float] = []
         stall = slowdown = 0.0
         for i, (b, is_layer) in enumerate(blocks):
+            if gathers and is_layer:
+                pos = layer_idx.index(i)
+                while issued < len(layer_idx) and issued <= pos + depth:
+                    ready[layer_idx[issued]] = issue("zero3_param_gather", ag, t)
+                    issued += 1
             if ready[i] > t:
                 stall += ready[i] - t
                 t = ready[i]
             offsets.append(t)
-            if i in nxt:
-                ready[nxt[i]] = issue("zero3_param_gather", ag, t)
             end = _progress(t, b.duration, sorted(busy), slow)
             slowdown += end - t - b.duration
             t = end
@@ -467,19 +474,9 @@ class BlockLibrary:
 
 
 def zero3_costs(job: Job, model: CostModel, places: Mapping[str, Placement], stage_params: float,
-                layers: int) -> tuple[float, float] | None:
-    """ZeRO-3 per-layer (all-gather, reduce-scatter) seconds, as :func:`trainsim.cost.job_costs.stage_costs` prices
-    them, or ``None`` when parameters are not sharded."""
-    tr = job.training
-    shards = job.dp * job.parallelism.cp
-    if tr.zero_stage < 3 or shards <= 1:
-        return None
-    e = 4.0 if tr.precision == "fp32" else 2.0
-    per_layer = stage_params / max(layers, 1) * e
-    place = places["dp_cp"]
-    ag = model.collective(CommOp("zero3_gather", "all_gather", "dp_cp", "fwd", per_layer), place)
-    rs = model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd", per_layer * 2), place)
-    return ag, rs
+                layers: int) -> Zero3Comm | None:
+    """Per-layer ZeRO-3 traffic as :func:`trainsim.cost.job_costs.zero3_layer_comm` prices it, or ``None``."""
+    return zero3_layer_comm(job, model, places["dp_cp"], stage_params, layers)
 
 
 def ceil_div(a: float, b: float) -> int:

@@ -45,6 +45,7 @@ from trainsim.schedule.interleaved import warmup_forwards as interleaved_warmup
 from trainsim.workload.layers import shard_of
 from trainsim.workload.memory import stage_parameters
 from trainsim.workload.ops import CommOp
+from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import chunk_layers
 
 if TYPE_CHECKING:
@@ -449,12 +450,8 @@ class GraphBuilder:
         return tail
 
     def _dp_costs(self) -> tuple[float, float, float, float]:
-        job, tr = self.job, self.job.training
-        shards = job.dp * job.parallelism.cp
-        bucket_params = ddp_bucket_params(job)
-        grad_bytes = 4.0 if tr.grads_in_fp32 else 2.0
-        e = 4.0 if tr.precision == "fp32" else 2.0
-        return shards, bucket_params, grad_bytes, e
+        sh = sharding_of(self.job)
+        return sh.shards, ddp_bucket_params(self.job), sh.grad_reduce_bytes, sh.param_bytes
 
     def _collective(self, name: str, kind: str, group: str, nbytes: float) -> float:
         return self.model.collective(CommOp(name, kind, group, "bwd", nbytes), self.places[group])  # type: ignore
@@ -462,12 +459,10 @@ class GraphBuilder:
     def _step_tail(self, starts: np.ndarray, comp_ids: list[np.ndarray], tails: list[list[int]], b_id: np.ndarray,
                    w_id: np.ndarray, f_id: np.ndarray) -> None:
         b, p, v = self.b, self.p, self.v
-        job, tr = self.job, self.job.training
-        shards, bucket_params, grad_bytes, e = self._dp_costs()
-        has_dp = shards > 1
-        gather = has_dp and tr.zero_stage in (1, 2)
-        reduce = has_dp and tr.zero_stage < 3
-        grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
+        job, _tr = self.job, self.job.training
+        _shards, bucket_params, grad_bytes, e = self._dp_costs()
+        sh = sharding_of(job)
+        gather, reduce, grad_kind = sh.gather_per_step, sh.reduce_per_step, sh.grad_collective
         ln_ids = np.empty(p, dtype=np.int64)
         rs_ids: list[list[int]] = [[] for _ in range(p)]
         dp_last: list[int] = [-1] * p
@@ -487,15 +482,15 @@ class GraphBuilder:
                                   cost=self._collective("param_gather", "all_gather", "dp_cp", nb), nbytes=nb)
                         b.edge(dp_prev, t)
                         dp_prev = last_ag = t
-                        if tr.overlap_param_gather:
+                        if sh.overlap_param_gather:
                             if k == 0:
                                 b.edge(t, first_f)
                             b.end_constraint(t, first_f, 1.0 - done / params[c])
                         done += size
-                if not tr.overlap_param_gather and last_ag >= 0:
+                if not sh.overlap_param_gather and last_ag >= 0:
                     b.edge(last_ag, comp_ids[s][0])
             # gradient buckets launched during the backward pass
-            if reduce and tr.overlap_grad_reduce:
+            if reduce and sh.overlap_grad_reduce:
                 grad_src = w_id if self.split else b_id
                 order = sorted(range(v), key=lambda c: self._last_position(s, c))
                 for c in order:
@@ -529,7 +524,7 @@ class GraphBuilder:
             b.edge(arrive, emb)
             gs_last[[0, head]] = emb
         for s in range(p):
-            if reduce and not tr.overlap_grad_reduce:
+            if reduce and not sh.overlap_grad_reduce:
                 params = chunk_parameters(job, s)
                 prev = int(gs_last[s])
                 for c in reversed(range(v)):

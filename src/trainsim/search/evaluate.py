@@ -22,6 +22,7 @@ from trainsim.workload.memory import memory_per_stage
 
 if TYPE_CHECKING:
     from trainsim.cost.calibration import Calibration
+    from trainsim.spec.framework import Framework
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
     from trainsim.spec.system import System
@@ -42,11 +43,12 @@ class EvalContext:
     include_unfit: bool = False
     calibration: Calibration | None = None
     validate: bool = False  # candidates come from enumerate_space, which validated each of them
+    framework: Framework | None = None
 
     def job(self, spec: CandidateSpec) -> Job:
         """The job of a candidate."""
         return build_job(self.model, self.system, self.training, spec, self.first_stage_layers,
-                         self.last_stage_layers, self.validate)
+                         self.last_stage_layers, self.validate, self.framework)
 
 
 #: Field order of one evaluation result (:func:`evaluate_chunk`).

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainsim.errors import TrainsimError, TrainsimWarning
 from trainsim.schedule import SCHEDULE_NAMES, default_schedule, get_schedule, searched_schedules
 from trainsim.spec.base import Spec
+from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import DEFAULT_RANK_ORDER, Parallelism
@@ -231,6 +232,24 @@ class SearchSpace(Spec):
     sequence_parallel: Any = None
     rank_order: Any = None
     others: Literal["open", "default"] = "open"
+    framework: Framework = Field(default_factory=load_framework)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stack(cls, data: Any) -> Any:
+        """Resolve the framework and the training fields it decides (as a job does), once for every candidate."""
+        if not isinstance(data, dict) or data.get("training") is None:
+            return data
+        from trainsim.spec.job import resolve_stack
+
+        model = data.get("model")
+        if isinstance(model, str):
+            from trainsim.spec.presets import load_model
+
+            model = load_model(model)
+        resolved = resolve_stack({"model": model, "training": data["training"],
+                                  "framework": data.get("framework")})
+        return {**data, "model": model, "training": resolved["training"], "framework": resolved["framework"]}
 
     @field_validator("model", mode="before")
     @classmethod
@@ -472,8 +491,8 @@ class _Enumerator:
             base = (0, 1, 2, 3)
         if dp * cp == 1:  # nothing to shard over: stages 1 and 2 equal 0, stage 3 only adds gathered layers
             base = base[:1]
-        if pp > 1:
-            base = tuple(z for z in base if z <= 1)
+        if pp > 1:  # ZeRO-2 does not combine with pipelining; ZeRO-3 does, FSDP-style (gathered once per step)
+            base = tuple(z for z in base if z != 2)
         return base
 
     def sp_values(self, tp: int) -> tuple[bool, ...]:
@@ -558,7 +577,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
         try:
             with warnings.catch_warnings():  # warnings are counted per candidate, below
                 warnings.simplefilter("ignore", TrainsimWarning)
-                probe = Job(model=model, system=system, training=probe_training, num_gpus=n,
+                probe = Job(model=model, system=system, training=probe_training, num_gpus=n, framework=space.framework,
                             parallelism=Parallelism(tp=tp, pp=pp, cp=cp, dp=dp_given, first_stage_layers=first,
                                                     last_stage_layers=last))
         except TrainsimError as err:
@@ -585,7 +604,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                                      "zero_stage": zero})
                     with warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always", TrainsimWarning)
-                        Job(model=model, system=system, parallelism=par, training=tr, num_gpus=world)
+                        Job(model=model, system=system, parallelism=par, training=tr, num_gpus=world,
+                            framework=space.framework)
                 except TrainsimError as err:
                     skip(err, per_combination)
                     continue
@@ -600,9 +620,11 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
 
 def build_job(model: Model, system: System, training: Training, spec: CandidateSpec,
               first_stage_layers: int | None = None, last_stage_layers: int | None = None,
-              validate: bool = True) -> Job:
+              validate: bool = True, framework: Framework | None = None) -> Job:
     """The :class:`Job` of one candidate; ``validate=False`` skips validation (for candidates that came out of
-    :func:`enumerate_space`, which validated every one of them)."""
+    :func:`enumerate_space`, which validated every one of them; ``training`` must then be resolved, as
+    :class:`SearchSpace` keeps it)."""
+    fw = framework or load_framework()
     fields = {"tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "ep": spec.ep, "dp": spec.dp,
               "sequence_parallel": spec.sequence_parallel, "schedule": spec.schedule, "rank_order": spec.rank_order,
               "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
@@ -611,8 +633,8 @@ def build_job(model: Model, system: System, training: Training, spec: CandidateS
     if not validate:
         par = Parallelism.model_construct(**fields)
         return Job.model_construct(model=model, system=system, parallelism=par, training=tr,
-                                   num_gpus=spec.num_gpus)
+                                   num_gpus=spec.num_gpus, framework=fw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainsimWarning)
         return Job(model=model, system=system, parallelism=Parallelism(**fields), training=tr,
-                   num_gpus=spec.num_gpus)
+                   num_gpus=spec.num_gpus, framework=fw)

@@ -25,7 +25,10 @@ class Parallelism(Spec):
     ``dp`` may be left ``None`` and is then derived from the GPU count. ``rank_order`` lists the dimensions from the
     fastest-varying (adjacent global ranks) to the slowest, as Megatron's ``tp-cp-ep-dp-pp`` default: with it,
     tensor-parallel ranks share a node. ``first_stage_layers``/``last_stage_layers`` give an uneven split
-    (Megatron's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``).
+    (Megatron's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``), also with virtual
+    stages; ``account_for_embedding_in_pipeline_split``/``account_for_loss_in_pipeline_split`` count the embedding
+    and the loss as a layer of the first/last virtual stage, and ``pipeline_layout`` places every layer explicitly
+    (``--pipeline-model-parallel-layout``): see :mod:`trainsim.spec.pipeline_split`.
     """
 
     tp: int = Field(default=1, gt=0, le=MAX_GPUS)
@@ -39,6 +42,8 @@ class Parallelism(Spec):
     rank_order: str = DEFAULT_RANK_ORDER
     first_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
     last_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
     pipeline_layout: str | None = Field(
         default=None,
         description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29m|L': virtual stages separated by "

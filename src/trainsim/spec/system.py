@@ -56,7 +56,12 @@ class Node(Spec):
 
     gpus_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
     nvlink_bandwidth: float = Field(gt=0, description="bytes/s per GPU per direction")
-    nvlink_latency: float = Field(default=3e-6, ge=0, description="s")
+    nvlink_latency: float = Field(
+        default=3.4e-6, ge=0, description="s, one NCCL ring step over NVLink with the Simple protocol (NCCL's 3.4 µs)"
+    )
+    nvlink_sharp: bool | None = Field(
+        default=None, description="NVLink SHARP (NVLS) in the switches; None: Hopper or newer with NVSwitch (> 2 GPUs)"
+    )
 
 
 class Network(Spec):
@@ -64,7 +69,9 @@ class Network(Spec):
 
     nics_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
     nic_bandwidth: float = Field(gt=0, description="bytes/s per NIC per direction")
-    latency: float = Field(default=8e-6, ge=0, description="s")
+    latency: float = Field(
+        default=14e-6, ge=0, description="s, one NCCL ring step across nodes with the Simple protocol (NCCL's 14 µs)"
+    )
     oversubscription: float = Field(default=1.0, ge=1.0, description="bandwidth divisor above full_bisection_nodes")
     full_bisection_nodes: int | None = Field(
         default=None, gt=0, description="largest job (in nodes) with full bisection bandwidth; None: always"
@@ -85,6 +92,13 @@ class System(Spec):
     def gpus_per_node(self) -> int:
         """GPUs per NVLink domain."""
         return self.node.gpus_per_node
+
+    @property
+    def has_nvls(self) -> bool:
+        """Whether all-reduces inside a node can use NVLink SHARP (NCCL's NVLS algorithm)."""
+        if self.node.nvlink_sharp is not None:
+            return self.node.nvlink_sharp
+        return self.gpu.generation in ("hopper", "blackwell") and self.node.gpus_per_node > 2
 
     def nic_bandwidth_per_gpu(self, num_nodes: int = 1) -> float:
         """Scale-out bandwidth available to one GPU (bytes/s per direction), with oversubscription applied."""

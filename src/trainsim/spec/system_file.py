@@ -74,7 +74,10 @@ class NodeFile(_File):
     gpus_per_node: int = Field(gt=0, le=MAX_NODE_GPUS, description="GPUs per NVLink domain")
     nvlink_bandwidth_gb_s: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
     nvlink_latency_us: float | None = Field(default=None, ge=0, le=1e6,
-                                            description="NVLink collective step latency, µs")
+                                            description="NCCL ring step latency over NVLink (Simple protocol), µs; "
+                                                        "default 3.4 (NCCL's tuning table)")
+    nvlink_sharp: bool | None = Field(default=None, description="NVLink SHARP (NCCL's NVLS) in the switches; "
+                                      "default: Hopper or newer with more than 2 GPUs per domain")
 
 
 class NetworkFile(_File):
@@ -82,7 +85,8 @@ class NetworkFile(_File):
 
     nics_per_node: int = Field(gt=0, le=MAX_NODE_GPUS, description="scale-out NICs per node")
     nic_bandwidth_gbit_s: float = Field(gt=0, description="bandwidth per NIC per direction, Gb/s")
-    latency_us: float | None = Field(default=None, ge=0, le=1e6, description="inter-node latency, µs")
+    latency_us: float | None = Field(default=None, ge=0, le=1e6, description="NCCL ring step latency across nodes "
+                                     "(Simple protocol), µs; default 14 (NCCL's tuning table)")
     oversubscription: float | None = Field(default=None, ge=1, description="bandwidth divisor beyond "
                                            "full_bisection_nodes")
     full_bisection_nodes: int | None = Field(default=None, gt=0, description="largest job (nodes) with full "
@@ -106,6 +110,8 @@ class SystemFile(_File):
                                 "nvlink_bandwidth": self.node.nvlink_bandwidth_gb_s * _GIGA}
         if self.node.nvlink_latency_us is not None:
             node["nvlink_latency"] = self.node.nvlink_latency_us * 1e-6
+        if self.node.nvlink_sharp is not None:
+            node["nvlink_sharp"] = self.node.nvlink_sharp
         w = self.network
         network: dict[str, Any] = {"nics_per_node": w.nics_per_node,
                                    "nic_bandwidth": w.nic_bandwidth_gbit_s * _GIGA / 8}

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
 if TYPE_CHECKING:
@@ -195,14 +196,15 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     e = 4.0 if tr.precision == "fp32" else 2.0
     sp = job.sequence_parallel
     dense, expert = stage_parameter_split(job, stage)
-    w, g, o = bytes_per_param(tr.precision, tr.zero_stage, job.dp * cp, tr.grads_in_fp32)
+    sh = sharding_of(job)
+    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
-    we, ge, oe = bytes_per_param(tr.precision, tr.zero_stage, job.expert_dp, tr.grads_in_fp32)
+    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32)
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
-    if tr.zero_stage >= 3:  # two gathered layers in flight (current and prefetched)
-        weights += 2 * model.layer_params / tp * (2.0 if tr.precision != "fp32" else 4.0)
+    if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
+        weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
 
     q = 1.0 if tr.precision == "fp8" else e
     per_mb = 0.0

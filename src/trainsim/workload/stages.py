@@ -15,31 +15,20 @@ if TYPE_CHECKING:
 def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
     """Global indices of the transformer layers of model chunk ``chunk`` on ``stage``.
 
-    Virtual stage ``k`` (the schedule's placement: Megatron's ``chunk·p + stage``, or a V) holds the ``k``-th block
-    of consecutive layers (``layers / (p·v)`` each unless ``--pipeline-model-parallel-layout`` says otherwise).
+    Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the next block of consecutive layers
+    after virtual stage ``chunk·p + stage − 1`` (block sizes from :attr:`Job.virtual_stage_layers`, uneven with
+    first/last stage sizes, embedding/loss accounting or an explicit layout). V-shaped schedules place chunk 1 of
+    ``stage`` at virtual stage ``2p − 1 − stage`` (they need an even split).
     """
-    return _indices(_layout(job), job.parallelism.pp, job.parallelism.vpp, stage, chunk, job.pipeline.v_shape)
+    return _indices(job.virtual_stage_layers, job.parallelism.pp, job.parallelism.vpp, stage, chunk,
+                    job.pipeline.v_shape)
 
 
-def _layout(job: Job) -> tuple[int, ...]:
-    """Transformer layers of every virtual stage (length p·v): ``--pipeline-model-parallel-layout`` when given, else
-    each rank's layers split evenly over its chunks."""
-    par = job.parallelism
-    explicit = par.virtual_stage_layers
-    if explicit is not None:
-        return explicit
-    per_rank, pp, vpp = job.layers_per_stage, par.pp, par.vpp
-    if vpp == 1:
-        return per_rank
-    # every rank splits its layers evenly over its chunks, so the placement (loop or V) does not matter here
-    return tuple(per_rank[vs % pp] // vpp for vs in range(pp * vpp))
-
-
-def _indices(layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int, v_shape: bool = False) -> range:
-    """Layers of the virtual stage of ``chunk`` on ``stage``: consecutive blocks in virtual-stage order."""
+def _indices(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+             v_shape: bool = False) -> range:
     vs = chunk * pp + (pp - 1 - stage if v_shape and chunk % 2 else stage)
-    first = sum(layers[:vs])
-    return range(first, first + layers[vs])
+    first = sum(vstage_layers[:vs])
+    return range(first, first + vstage_layers[vs])
 
 
 def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ...]:
@@ -49,7 +38,7 @@ def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ..
     recomputed (Megatron's ``block`` method) and the others are not (mode ``none``).
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return _chunk_kinds(_layout(job), par.pp, par.vpp, stage, chunk, model.moe_layer_flags,
+    return _chunk_kinds(job.virtual_stage_layers, par.pp, par.vpp, stage, chunk, model.moe_layer_flags,
                         tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape)
 
 
@@ -60,28 +49,29 @@ def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
     are cached on the few values they depend on.
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return dict(_stage_counts(_layout(job), par.pp, par.vpp, stage, model.moe_layer_flags,
+    return dict(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.moe_layer_flags,
                               tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape))
 
 
 @lru_cache(maxsize=8192)
-def _stage_counts(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, moe_flags: tuple[bool, ...],
+def _stage_counts(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, moe_flags: tuple[bool, ...],
                   recompute: str, recompute_num_layers: int | None,
                   v_shape: bool = False) -> tuple[tuple[tuple[bool, str], int], ...]:
     counts: dict[tuple[bool, str], int] = {}
     for chunk in range(vpp):
-        for kind in _chunk_kinds(layers_per_stage, pp, vpp, stage, chunk, moe_flags, recompute,
+        for kind in _chunk_kinds(vstage_layers, pp, vpp, stage, chunk, moe_flags, recompute,
                                  recompute_num_layers, v_shape):
             counts[kind] = counts.get(kind, 0) + 1
     return tuple(counts.items())
 
 
 @lru_cache(maxsize=8192)
-def _chunk_kinds(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
-                 moe_flags: tuple[bool, ...], recompute: str, recompute_num_layers: int | None,
+def _chunk_kinds(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+                 moe_flags: tuple[bool, ...], recompute: str,
+                 recompute_num_layers: int | None,
                  v_shape: bool = False) -> tuple[tuple[bool, str], ...]:
     out = []
-    for local, layer in enumerate(_indices(layers_per_stage, pp, vpp, stage, chunk, v_shape)):
+    for local, layer in enumerate(_indices(vstage_layers, pp, vpp, stage, chunk, v_shape)):
         mode = recompute
         if recompute == "full" and recompute_num_layers is not None and local >= recompute_num_layers:
             mode = "none"
