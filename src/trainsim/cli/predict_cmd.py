@@ -95,6 +95,8 @@ def predict_command(
                                           help="event engine: write the op trace (straggler-trace schema)"),
     export_meta: str | None = typer.Option(None, "--export-meta", metavar="META.yaml",
                                            help="metadata of --export-ops (default: meta-<J>.yaml beside it)"),
+    html: str | None = typer.Option(None, "--html", metavar="FILE",
+                                    help="write an interactive report (one self-contained HTML file)"),
     *,
     job_options: dict[str, Any],
 ) -> None:
@@ -128,6 +130,7 @@ def predict_command(
     from trainsim.cli.output import check_outputs
 
     check_outputs({"--trace": trace, "--export-ops": export_ops, "--export-meta": export_meta,
+<<<<<<< HEAD
                    "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline})
     megatron = None
     inline = ctx.meta.get(MEGATRON_META) or []
@@ -137,6 +140,10 @@ def predict_command(
         tokens, gpus = read_launch_script(megatron_args) if megatron_args is not None else ([], None)
         megatron = parse_megatron_args([*tokens, *inline])
         job_options = merge_into_options(job_options, megatron, gpus)
+=======
+                   "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline,
+                   "--html": html})
+>>>>>>> main
     job = job_from_options(job_options)
     if megatron is not None:
         from trainsim.cli.megatron_args import apply_to_job
@@ -160,7 +167,17 @@ def predict_command(
             options["memory_timeline"] = True if memory_timeline == NO_FILE else memory_timeline
     result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
                      flops_convention=flops_convention, **options)
+<<<<<<< HEAD
     notes = megatron.all_notes() if megatron is not None else []
+=======
+    if html is not None:
+        import os
+
+        from trainsim.report.predict import write_predict_report
+
+        link = os.path.relpath(trace, os.path.dirname(os.path.abspath(html))) if trace else None
+        write_predict_report(result, html, trace_file=link)
+>>>>>>> main
     if json_out:
         from trainsim.cli.output import print_json
 
@@ -177,6 +194,8 @@ def predict_command(
             print(f"note: {note}")
         if engine == "event":
             print_event_extras(result.to_json_dict())
+        if html is not None:
+            print(f"report written to {html}")
 
 
 def print_event_extras(d: dict[str, Any]) -> None:

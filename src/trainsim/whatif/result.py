@@ -138,6 +138,13 @@ class WhatIfResult:
         """:meth:`to_dict` as JSON text."""
         return json.dumps(self.to_dict(), indent=indent)
 
+    def wasted_gpu_hours(self, steps: float | None = None) -> float:
+        """GPU-hours lost to stragglers: world size × (T(original) − T(ideal)) per step, over the analysed steps
+        (``steps`` None) or over ``steps`` steps at the mean rate (e.g. 1000)."""
+        per_step_s = self.step_time_simulated_s - self.step_time_ideal_s
+        n = len(self.steps) if steps is None else steps
+        return self.meta.world_size * per_step_s * n / 3600.0
+
     def write_heatmap(self, path: str | os.PathLike[str], vmin: float = 1.0, vmax: float = 1.5) -> None:
         """PNG heatmap of worker slowdown, DP rank x stage (see :mod:`trainsim.whatif.heatmap`)."""
         from trainsim.whatif.heatmap import plot_worker_heatmap
