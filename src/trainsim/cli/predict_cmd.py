@@ -130,8 +130,8 @@ def predict_command(
     from trainsim.cli.output import check_outputs
 
     check_outputs({"--trace": trace, "--export-ops": export_ops, "--export-meta": export_meta,
-<<<<<<< HEAD
-                   "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline})
+                   "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline,
+                   "--html": html})
     megatron = None
     inline = ctx.meta.get(MEGATRON_META) or []
     if megatron_args is not None or inline:
@@ -140,10 +140,6 @@ def predict_command(
         tokens, gpus = read_launch_script(megatron_args) if megatron_args is not None else ([], None)
         megatron = parse_megatron_args([*tokens, *inline])
         job_options = merge_into_options(job_options, megatron, gpus)
-=======
-                   "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline,
-                   "--html": html})
->>>>>>> main
     job = job_from_options(job_options)
     if megatron is not None:
         from trainsim.cli.megatron_args import apply_to_job
@@ -167,9 +163,7 @@ def predict_command(
             options["memory_timeline"] = True if memory_timeline == NO_FILE else memory_timeline
     result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
                      flops_convention=flops_convention, **options)
-<<<<<<< HEAD
     notes = megatron.all_notes() if megatron is not None else []
-=======
     if html is not None:
         import os
 
@@ -177,7 +171,6 @@ def predict_command(
 
         link = os.path.relpath(trace, os.path.dirname(os.path.abspath(html))) if trace else None
         write_predict_report(result, html, trace_file=link)
->>>>>>> main
     if json_out:
         from trainsim.cli.output import print_json
 
