@@ -9,9 +9,9 @@ is the same for every micro-batch of a stage, so it is simulated once here, at o
 * the **comm stream** runs the layer's TP/SP and CP collectives (FIFO), and the **ep stream** the MoE token
   dispatch/combine all-to-alls and the expert-TP gathers (Megatron-Core and DeepEP issue them on their own
   stream). A collective the framework overlaps (``always_overlapped``, or TP ones under ``--tp-comm-overlap``)
-  starts with the compute op it hides behind and the next op waits for it; while it runs, compute progresses ``1 + overlap_slowdown`` times slower (Proteus' overlap
-  factor, applied as a rate: the fluid version of the analytic ``overlap_slowdown · min(t, x)``). Other collectives
-  block the compute stream right before (all-gathers) or after (reductions) the op they serve.
+  starts with the compute op it hides behind and the next op waits for it; while it runs, compute progresses
+  ``1 + overlap_slowdown`` times slower (Proteus' overlap factor, applied as a rate: the fluid version of the
+  analytic ``overlap_slowdown · min(t, x)``). Other collectives block the compute stream right before (all-gathers) or after (reductions) the op they serve.
 
 With ZeRO-3 the per-layer parameter all-gathers (prefetched one layer ahead) and gradient reduce-scatters run on the
 data-parallel stream of the chunk and are simulated the same way.
