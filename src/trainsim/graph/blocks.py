@@ -11,7 +11,8 @@ is the same for every micro-batch of a stage, so it is simulated once here, at o
   stream). A collective the framework overlaps (``always_overlapped``, or TP ones under ``--tp-comm-overlap``)
   starts with the compute op it hides behind and the next op waits for it; while it runs, compute progresses
   ``1 + overlap_slowdown`` times slower (Proteus' overlap factor, applied as a rate: the fluid version of the
-  analytic ``overlap_slowdown · min(t, x)``). Other collectives block the compute stream right before (all-gathers) or after (reductions) the op they serve.
+  analytic ``overlap_slowdown · min(t, x)``). Other collectives block the compute stream right before (all-gathers) or
+  after (reductions) the op they serve.
 
 With ZeRO-3 the per-layer parameter all-gathers (prefetched one layer ahead) and gradient reduce-scatters run on the
 data-parallel stream of the chunk and are simulated the same way.
