@@ -40,6 +40,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "trainsim.cli.search_cmd",
     "trainsim.cli.plan_cmd",
     "trainsim.cli.profile_cmd",
+    "trainsim.cli.cluster_cmd",
 )
 
 for _name in _COMMAND_MODULES:

@@ -1,0 +1,174 @@
+"""Trace generators: vTrain's case-study recipe on Microsoft ITP arrivals, and Poisson arrivals with ITP sizes.
+
+Randomness comes from the named substream ``trace`` of the seed (:mod:`trainsim.cluster.rng`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from trainsim.cluster.rng import substream
+from trainsim.cluster.spec import ClusterSpec, load_cluster
+from trainsim.cluster.throughput import ThroughputModel
+from trainsim.cluster.trace import JobSpec
+from trainsim.errors import TrainsimError, TrainsimWarning
+
+#: vTrain §V-B's three models (layers, hidden, heads) and global batch sizes; sequence 2048.
+VTRAIN_MODELS: tuple[tuple[str, int], ...] = (("gpt3-18.4b", 1024), ("gpt3-39.1b", 1536), ("gpt3-81.2b", 1792))
+#: Stand-in for the 81.2B preset while it is not available.
+FALLBACK_81B = "gpt3-76.1b"
+DEFAULT_BATCH = 1024
+
+
+def vtrain_models() -> list[tuple[str, int]]:
+    """vTrain's models, with the stand-in for ``gpt3-81.2b`` when that preset is missing (warned)."""
+    from trainsim.spec.presets import list_models
+
+    out = []
+    for name, gbs in VTRAIN_MODELS:
+        if name not in list_models():
+            warnings.warn(f"model: preset {name} is not available; using {FALLBACK_81B}", TrainsimWarning,
+                          stacklevel=2)
+            name = FALLBACK_81B
+        out.append((name, gbs))
+    return out
+
+
+def read_itp(path: str | Path) -> pd.DataFrame:
+    """An ITP arrival trace (raw or ElasticFlow's): ``submission_time``, ``duration``, ``num_gpu`` at least."""
+    p = Path(path)
+    if not p.exists():
+        raise TrainsimError("--itp", f"file '{p}' does not exist",
+                            "extract ../shared/data/cluster-traces/raw-traces.tar.gz and give a clusterNN.csv")
+    try:
+        df = pd.read_csv(p)
+    except (OSError, ValueError) as exc:
+        raise TrainsimError("--itp", f"cannot read '{p}': {exc}", "give an ITP CSV") from None
+    need = {"submission_time", "duration", "num_gpu"}
+    if not need <= set(df.columns):
+        raise TrainsimError("--itp", f"'{p}' lacks columns {sorted(need - set(df.columns))}",
+                            "give an ITP trace (job_id, submission_time, duration, num_gpu)")
+    df = df[(df["duration"] > 0) & (df["num_gpu"] > 0)]
+    return df.sort_values("submission_time", kind="stable").reset_index(drop=True)
+
+
+def _sized(tm: ThroughputModel, cluster: ClusterSpec, model: str, gbs: int, seq: int, want: int,
+           reference: str) -> tuple[int, float]:
+    """Requested GPUs (≥ what the model needs under dp-only, a power of two) and the reference iteration time."""
+    pool = cluster.pools[0]
+    probe = JobSpec(0, "probe", 0.0, model, gbs, seq, 1, None, 1, None, None, 1.0, "default", None, None)
+    base = ThroughputModel(source="dp-only", space=tm.space)
+    base._models = tm._models
+    need = base.curve(probe, pool).min_size
+    if need is None:
+        raise TrainsimError("model", f"{model} fits on no GPU count of pool {pool.name}", "use a larger pool")
+    # a power-of-two multiple of the dp-only unit, so that every throughput source can run the request
+    n = need
+    while n < want and 2 * n <= pool.num_gpus:
+        n *= 2
+    ref = (base if reference == "dp-only" else tm).iteration_time(probe, pool, n)
+    if not math.isfinite(ref):
+        ref = tm.iteration_time(probe, pool, n)
+    return n, ref
+
+
+def vtrain2(itp: str | Path | pd.DataFrame, jobs: int, seed: int, cluster: str | ClusterSpec = "dgx-a100:128", *,
+            deadlines: bool = True, all_at_once: bool = False, gpu_scale: int = 8, seq_length: int = 2048,
+            reference: str = "dp-only", lam: tuple[float, float] = (0.5, 1.5), start: int | None = None,
+            search_space: str = "tdp") -> pd.DataFrame:
+    """vTrain's recipe: ``jobs`` consecutive ITP arrivals from a random (seeded) start; each job gets one of the three
+    GPT models, ``gpu_scale`` × its ITP GPU count (rounded up to a power-of-two multiple of the smallest GPU count
+    the model fits on with the DP-only plan),
+    an iteration count that makes its duration on those GPUs (``reference`` throughput) equal to its ITP duration,
+    and a deadline ``λ·duration`` after arrival with ``λ ~ U[lam]``. ``all_at_once`` submits every job at time 0
+    (makespan experiments); ``deadlines=False`` leaves deadlines out (JCT experiments).
+    """
+    df = itp if isinstance(itp, pd.DataFrame) else read_itp(itp)
+    if jobs <= 0:
+        raise TrainsimError("--jobs", "must be positive", "give the number of jobs to sample")
+    if jobs > len(df):
+        raise TrainsimError("--jobs", f"the ITP trace has only {len(df)} usable jobs", "ask for fewer")
+    spec = load_cluster(cluster) if not isinstance(cluster, ClusterSpec) else cluster
+    rng = substream(seed, "trace")
+    first = int(rng.integers(0, len(df) - jobs + 1)) if start is None else start
+    win = df.iloc[first:first + jobs]
+    models = vtrain_models()
+    pick = rng.integers(0, len(models), size=jobs)
+    lams = rng.uniform(lam[0], lam[1], size=jobs)
+    tm = ThroughputModel(source="best", space=search_space)  # type: ignore[arg-type]
+    t0 = float(win["submission_time"].iloc[0])
+    rows = []
+    for k, r in enumerate(win.itertuples(index=False)):
+        model, gbs = models[int(pick[k])]
+        n, ref = _sized(tm, spec, model, gbs, seq_length, int(r.num_gpu) * gpu_scale, reference)
+        iters = max(1, round(float(r.duration) / ref))
+        duration = iters * ref
+        submit = 0.0 if all_at_once else float(r.submission_time) - t0
+        rows.append({"job_id": f"j{k:05d}", "submit_time_s": submit, "model": model, "global_batch_size": gbs,
+                     "seq_length": seq_length, "iterations": iters,
+                     "deadline_s": submit + float(lams[k]) * duration if deadlines else np.nan,
+                     "requested_gpus": n, "tenant": "default"})
+    return pd.DataFrame(rows)
+
+
+def poisson(itp_sizes: str | Path | pd.DataFrame, jobs: int, models: list[str], seed: int, *,
+            mean_interarrival_s: float = 600.0, gpu_scale: int = 8, cluster: str | ClusterSpec = "dgx-a100:128",
+            deadlines: bool = True, seq_length: int = 2048, search_space: str = "tdp") -> pd.DataFrame:
+    """Poisson arrivals (mean gap ``mean_interarrival_s``); GPU counts and durations drawn (jointly) from an ITP
+    trace; models uniformly from ``models`` (vTrain's batch sizes for its three models, else 1024)."""
+    df = itp_sizes if isinstance(itp_sizes, pd.DataFrame) else read_itp(itp_sizes)
+    if jobs <= 0:
+        raise TrainsimError("--jobs", "must be positive", "give the number of jobs")
+    if not models:
+        raise TrainsimError("--models", "is empty", "give model presets, e.g. gpt3-1.7b,gpt3-7.5b")
+    if mean_interarrival_s <= 0:
+        raise TrainsimError("--mean-interarrival-s", "must be positive", "give seconds between arrivals")
+    from trainsim.spec.presets import load_model
+
+    for m in models:
+        load_model(m)
+    spec = load_cluster(cluster) if not isinstance(cluster, ClusterSpec) else cluster
+    rng = substream(seed, "trace")
+    gaps = rng.exponential(mean_interarrival_s, size=jobs)
+    rows_idx = rng.integers(0, len(df), size=jobs)
+    pick = rng.integers(0, len(models), size=jobs)
+    lams = rng.uniform(0.5, 1.5, size=jobs)
+    batches = dict(VTRAIN_MODELS)
+    tm = ThroughputModel(source="best", space=search_space)  # type: ignore[arg-type]
+    t = 0.0
+    out = []
+    for k in range(jobs):
+        t += float(gaps[k])
+        r = df.iloc[int(rows_idx[k])]
+        model = models[int(pick[k])]
+        gbs = batches.get(model, DEFAULT_BATCH)
+        n, ref = _sized(tm, spec, model, gbs, seq_length, int(r["num_gpu"]) * gpu_scale, "dp-only")
+        iters = max(1, round(float(r["duration"]) / ref))
+        out.append({"job_id": f"p{k:05d}", "submit_time_s": t, "model": model, "global_batch_size": gbs,
+                    "seq_length": seq_length, "iterations": iters,
+                    "deadline_s": t + float(lams[k]) * iters * ref if deadlines else np.nan,
+                    "requested_gpus": n, "tenant": "default"})
+    return pd.DataFrame(out)
+
+
+def offered_load(trace: pd.DataFrame, tm: ThroughputModel, cluster: ClusterSpec) -> float:
+    """GPU-seconds the jobs need on their requested GPUs (first pool) over the GPU-seconds of the arrival span (or
+    of the longest job for all-at-once traces)."""
+    pool = cluster.pools[0]
+    need = 0.0
+    longest = 0.0
+    for r in trace.itertuples(index=False):
+        seq = None if pd.isna(r.seq_length) else int(r.seq_length)
+        probe = JobSpec(0, "probe", 0.0, str(r.model), int(r.global_batch_size), seq, int(r.iterations), None,
+                        int(r.requested_gpus), None, None, 1.0, "default", None, None)
+        dur = int(r.iterations) * tm.iteration_time(probe, pool, int(r.requested_gpus))
+        need += dur * int(r.requested_gpus)
+        longest = max(longest, dur)
+    span = float(trace["submit_time_s"].max() - trace["submit_time_s"].min())
+    span = max(span, longest)
+    return need / (cluster.num_gpus * span) if span > 0 else math.inf
