@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import CostModel, default_cost_model
+from trainsim.cost.moe import moe_breakdown
 from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
 from trainsim.metrics import SECONDS_PER_DAY, peak_flops, training_run, utilization
@@ -63,6 +64,7 @@ class Prediction(BaseModel):
     measured_compute_fraction: float = 0.0
     measured_comm_fraction: float = 0.0
     approximations: list[str] = []
+    moe: dict[str, Any] | None = None
     job: dict[str, Any]
     _timeline: Any = PrivateAttr(default=None)
 
@@ -89,11 +91,14 @@ def job_summary(job: Job) -> dict[str, Any]:
         "vpp": par.vpp,
         "cp": par.cp,
         "ep": par.ep,
+        "etp": par.expert_tp,
+        "expert_dp": job.expert_dp,
         "dp": job.dp,
         "sequence_parallel": job.sequence_parallel,
         "schedule": job.schedule,
         "rank_order": par.rank_order,
         "layers_per_stage": list(job.layers_per_stage),
+        "pipeline_layout": par.pipeline_layout,
         "micro_batch_size": tr.micro_batch_size,
         "global_batch_size": tr.global_batch_size,
         "num_microbatches": job.num_microbatches,
@@ -104,8 +109,12 @@ def job_summary(job: Job) -> dict[str, Any]:
         "overlap_param_gather": tr.overlap_param_gather,
         "tp_comm_overlap": tr.tp_comm_overlap,
         "precision": tr.precision,
+        "fp8_recipe": (tr.fp8_recipe or "delayed") if tr.precision == "fp8" else None,
         "attention": tr.attention,
         "num_params": job.model.num_params,
+        "num_active_params": job.model.num_active_params,
+        "mtp_params": job.model.mtp_params,
+        "num_params_without_mtp": job.model.num_params - job.model.mtp_params,
         "dp_engine": job.dp_engine,
         "framework": {**job.framework.model_dump(exclude={"sources"}), "label": job.framework.label},
     }
@@ -179,6 +188,7 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         measured_compute_fraction=est.measured_compute_fraction,
         measured_comm_fraction=est.measured_comm_fraction,
         approximations=approximations_of(job),
+        moe=moe_breakdown(job, model) if job.model.is_moe else None,
         job=job_summary(job),
         **extra,
     )

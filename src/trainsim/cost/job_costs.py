@@ -19,8 +19,8 @@ from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement, collective_time, placements_of
 from trainsim.cost.compute import op_time
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
-from trainsim.workload.memory import stage_parameters
-from trainsim.workload.ops import Collective, CommOp, ComputeOp, exposed_time, overlap_target
+from trainsim.workload.memory import stage_parameter_split
+from trainsim.workload.ops import Collective, CommOp, ComputeOp, Group, exposed_time, overlap_target
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -213,14 +213,26 @@ def ddp_bucket_params(job: Job) -> float:
 
 
 def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param: float, bucket_params: float,
-              place: Placement) -> tuple[float, float]:
+              place: Placement, group: Group = "dp_cp") -> tuple[float, float]:
     """(all buckets, one bucket) of a data-parallel collective over ``params`` parameters: Megatron's DDP issues one
     collective per bucket, so every bucket pays the collective's latency."""
+    if params <= 0:
+        return 0.0, 0.0
     bucket = min(params, bucket_params)
     full, rest = divmod(params, bucket)
-    one = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", bucket * bytes_per_param), place)
-    tail = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", rest * bytes_per_param), place) if rest else 0.0
+    one = model.collective(CommOp("dp_bucket", kind, group, "bwd", bucket * bytes_per_param), place)
+    tail = model.collective(CommOp("dp_bucket", kind, group, "bwd", rest * bytes_per_param), place) if rest else 0.0
     return full * one + tail, one
+
+
+def _dp_sync(model: CostModel, kind: Collective, dense: float, expert: float, bytes_per_param: float,
+             bucket_params: float, places: dict[str, Placement]) -> tuple[float, float]:
+    """(all buckets, last bucket) of a data-parallel collective: non-expert parameters over dp·cp, routed-expert
+    parameters over the expert-data-parallel group (their own DDP buffers in Megatron-Core)."""
+    d_all, d_one = _bucketed(model, kind, dense, bytes_per_param, bucket_params, places["dp_cp"])
+    e_all, e_one = _bucketed(model, kind, expert, bytes_per_param, bucket_params,
+                             places.get("edp", places["dp_cp"]), "edp")
+    return d_all + e_all, max(d_one, e_one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,20 +338,22 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         body = BlockCost()
         for kind, count in stage_layer_counts(job, s).items():
             body = body + block(kind).scaled(count)
-        params = stage_parameters(job, s)
+        dense, expert = stage_parameter_split(job, s)
+        params = dense + expert
         grad_sync = grad_bucket = gather = bucket_gather = 0.0
         if sh.reduce_per_step:
-            grad_sync, grad_bucket = _bucketed(model, sh.grad_collective, params, grad_bytes_pp, bucket_params,
-                                               dp_place)
+            grad_sync, grad_bucket = _dp_sync(model, sh.grad_collective, dense, expert, grad_bytes_pp,
+                                              bucket_params, places)
         if sh.gather_per_step:
-            gather, bucket_gather = _bucketed(model, "all_gather", params, sh.param_bytes, bucket_params, dp_place)
+            gather, bucket_gather = _dp_sync(model, "all_gather", dense, expert, sh.param_bytes, bucket_params,
+                                             places)
         emb_sync = 0.0
         tied_copy = job.head_stage != 0 and not job.model.untie_embeddings_and_output_weights
         if tied_copy and s in (0, job.head_stage):
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
                                                v_h * grad_bytes_pp), places["embedding"])
-        local = params / shards if tr.zero_stage >= 1 else params
+        local = dense / shards + expert / job.expert_dp if tr.zero_stage >= 1 else params
         opt = model.optimizer_step(local)
         zero3 = 0.0
         comm = zero3_layer_comm(job, model, dp_place, params, layers)
