@@ -16,21 +16,37 @@ _LAZY: dict[str, str] = {
     "Job": "trainsim.spec.job",
     "load_model": "trainsim.spec.presets",
     "load_system": "trainsim.spec.presets",
-    "predict": "trainsim.predictor",
+    "load_hf_config": "trainsim.io.hf",
+    "predict": "trainsim.api",
     "Prediction": "trainsim.predictor",
+    "search": "trainsim.search",
+    "SearchSpace": "trainsim.search",
+    "SearchResult": "trainsim.search",
+    "plan": "trainsim.plan",
+    "PlanResult": "trainsim.plan",
     "analyze_trace": "trainsim.whatif",
+    "WhatIf": "trainsim.whatif",
+    "WhatIfResult": "trainsim.whatif",
+    "plot_search": "trainsim.search.plot",
+    "plot_worker_heatmap": "trainsim.whatif.heatmap",
     "Predictor": "trainsim.service",
     "Metrics": "trainsim.service",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]
 
+
+def __dir__() -> list[str]:
+    """The public API (what ``dir(trainsim)`` and tab completion show)."""
+    return list(__all__)
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
         module = importlib.import_module(_LAZY[name])
-        value = getattr(module, name)
+        value = module if module.__name__ == f"trainsim.{name}" else getattr(module, name)  # search, plan: callable
         globals()[name] = value
         return value
     raise AttributeError(f"module 'trainsim' has no attribute {name!r}")

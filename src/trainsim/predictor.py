@@ -77,6 +77,51 @@ class Prediction(BaseModel):
         """A JSON-ready dictionary (the ``--json`` output)."""
         return self.model_dump(mode="json", exclude_none=True)
 
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers in one flat mapping (SI units): the row of :meth:`to_frame`."""
+        j = self.job
+        row: dict[str, Any] = {
+            "model": j["model"]["name"], "system": j["system"]["name"], "num_gpus": j["num_gpus"],
+            **{k: j[k] for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch_size", "global_batch_size",
+                                 "seq_length", "precision")},
+            "engine": self.engine, "iteration_time_s": self.iteration_time_s, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu, "hfu": self.hfu, "bubble_fraction": self.bubble_fraction,
+            "peak_memory_bytes": self.memory.peak_bytes, "fits": self.memory.fits,
+            **{f"time_{k}_s": v for k, v in self.breakdown_s.items()},
+        }
+        if self.training is not None:
+            row.update(training_days=self.training.days, gpu_hours=self.training.gpu_hours,
+                       cost_usd=self.training.cost_usd)
+        return row
+
+    def to_frame(self) -> Any:
+        """A one-row :class:`pandas.DataFrame` of :meth:`summary` (concatenate several to compare plans)."""
+        import pandas as pd
+
+        return pd.DataFrame([self.summary()])
+
+    def _repr_html_(self) -> str:
+        """Rich display in Jupyter: the headline numbers and the time breakdown."""
+        import html
+
+        s = self.summary()
+        rows = [("iteration time", f"{self.iteration_time_s:.4g} s"), ("tokens/s per GPU",
+                f"{self.tokens_per_s_per_gpu:,.0f}"), ("MFU / HFU", f"{self.mfu:.1%} / {self.hfu:.1%}"),
+                ("peak memory", f"{self.memory.peak_bytes / 1e9:.1f} GB "
+                                f"({'fits' if self.memory.fits else 'does NOT fit'})")]
+        if self.training is not None:
+            rows += [("training time", f"{self.training.days:,.1f} days"), ("cost", f"${self.training.cost_usd:,.0f}")]
+        rows += [(f"time: {k}", f"{v:.4g} s ({v / self.iteration_time_s:.1%})")
+                 for k, v in self.breakdown_s.items() if v > 0]
+        title = (f"{s['model']} on {s['num_gpus']} × {self.job['system']['gpu']['name']} (tp {s['tp']}, pp {s['pp']}, "
+                 f"dp {s['dp']}; gbs {s['global_batch_size']}, seq {s['seq_length']}, {s['precision']})")
+        body = "".join(f"<tr><td>{html.escape(a)}</td><td style='text-align:right'>{html.escape(b)}</td></tr>"
+                       for a, b in rows)
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.approximations)
+        return (f"<div><b>{html.escape(title)}</b><table>{body}</table>"
+                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+
 
 def job_summary(job: Job) -> dict[str, Any]:
     """The resolved configuration of a job, for reports."""

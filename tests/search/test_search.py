@@ -211,7 +211,8 @@ def test_files_and_plot(tmp_path, mtnlg):
         mtnlg.best.cost_usd)
     assert len(json.loads(js.read_text())["candidates"]) == 3
     for x in ("gpus", "cost", "memory"):
-        png = mtnlg.plot(tmp_path / f"space-{x}.png", x=x, color="pp")
+        png = tmp_path / f"space-{x}.png"
+        mtnlg.plot(png, x=x, color="pp")  # returns the Figure, writes the PNG
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(TrainsimError):
         mtnlg.write(tmp_path / "x.txt")

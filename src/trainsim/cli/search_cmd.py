@@ -72,7 +72,8 @@ def search_command(
     if parquet:
         written.append(result.write(parquet, top))
     if plot:
-        written.append(result.plot(plot, x=plot_x, color=plot_color))
+        result.plot(plot, x=plot_x, color=plot_color)
+        written.append(plot)
     if html:
         from trainsim.report.search import write_search_report
 

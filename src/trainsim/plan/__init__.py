@@ -37,3 +37,7 @@ __all__ = [
     "plan",
     "shape_grid",
 ]
+
+from trainsim._callable_module import make_callable
+
+make_callable(__name__, plan)  # trainsim.plan(...) runs the planner

@@ -41,3 +41,7 @@ __all__ = [
     "register_backend",
     "search",
 ]
+
+from trainsim._callable_module import make_callable
+
+make_callable(__name__, search)  # trainsim.search(space) runs the search

@@ -9,6 +9,8 @@ from trainsim.errors import TrainsimError
 from trainsim.io.atomic import atomic_path
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from trainsim.search.result import SearchResult
 
 PLOT_X = ("gpus", "cost", "memory")
@@ -23,9 +25,11 @@ def default_x(result: SearchResult) -> str:
     return "memory"
 
 
-def plot_search(result: SearchResult, path: str | Path, x: str | None = None, color: str = "tp") -> Path:
+def plot_search(result: SearchResult, path: str | Path | None = None, x: str | None = None,
+                color: str = "tp") -> Figure:
     """Scatter of every estimated candidate (fitting ones filled; the others, when ranked with ``--all``, as grey
-    crosses); the (time, cost) Pareto front circled in black and joined when ``x`` is cost."""
+    crosses); the (time, cost) Pareto front circled in black and joined when ``x`` is cost. Returns the matplotlib
+    Figure; writes it as PNG (atomically) when ``path`` is given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,9 +109,8 @@ def plot_search(result: SearchResult, path: str | Path, x: str | None = None, co
         labels = [labels[i] for i in keep]
     ax.legend(handles, labels, fontsize=7, loc="best")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-    return path
+    plt.close(fig)  # out of pyplot's registry; the Figure still saves and displays
+    if path is not None:
+        with atomic_path(Path(path)) as tmp:
+            fig.savefig(tmp, format="png")
+    return fig

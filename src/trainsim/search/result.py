@@ -177,8 +177,19 @@ class SearchResult:
             raise TrainsimError("output", f"unknown file type {path.name!r}", "use .json, .csv or .parquet")
         return path
 
-    def plot(self, path: str | Path, x: str | None = None, color: str = "tp") -> Path:
-        """Write the design-space plot (PNG); see :func:`trainsim.search.plot.plot_search`."""
+    def plot(self, path: str | Path | None = None, x: str | None = None, color: str = "tp") -> Any:
+        """The design-space plot as a matplotlib Figure, also written as PNG to ``path`` when given; see
+        :func:`trainsim.search.plot.plot_search`."""
         from trainsim.search.plot import plot_search
 
         return plot_search(self, path, x=x, color=color)
+
+    def to_frame(self, ranked_only: bool = False) -> pd.DataFrame:
+        """Every evaluated candidate as a DataFrame (the same as :meth:`to_dataframe`)."""
+        return self.to_dataframe(ranked_only=ranked_only)
+
+    def _repr_html_(self) -> str:
+        """Rich display in Jupyter: the ten best plans."""
+        best = self.to_dataframe(ranked_only=True).head(10)
+        return (f"<div><b>search: {len(self.candidates):,} candidates, objective {self.objective}</b>"
+                f"{best.to_html(index=False, max_cols=20)}</div>")

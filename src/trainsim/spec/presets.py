@@ -45,8 +45,10 @@ def _model_preset(name: str) -> Model:
     return Model(**data)
 
 
-def load_model(name_or_path: str | Path) -> Model:
+def load_model(name_or_path: str | Path | Model) -> Model:
     """A model preset by name, or a file: a Hugging Face ``config.json`` or trainsim's own model JSON."""
+    if isinstance(name_or_path, Model):
+        return name_or_path
     text = str(name_or_path)
     if text.lower() in list_models():
         return _model_preset(text.lower())
@@ -99,8 +101,10 @@ def _system_preset(name: str) -> System:
     return _system_from_yaml_text((_PRESETS / "systems" / f"{name}.yaml").read_text(), f"preset {name}")
 
 
-def load_system(name_or_path: str | Path) -> System:
+def load_system(name_or_path: str | Path | System) -> System:
     """A system preset by name, or a YAML file in the same format."""
+    if isinstance(name_or_path, System):
+        return name_or_path
     text = str(name_or_path)
     if text.lower() in list_systems():
         return _system_preset(text.lower())

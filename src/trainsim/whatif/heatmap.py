@@ -16,6 +16,8 @@ import numpy as np
 from trainsim.io.atomic import atomic_path
 
 if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
     from trainsim.whatif.result import WhatIfResult
 
 #: Cells are annotated with their value up to this many cells.
@@ -45,9 +47,10 @@ def step_worker_matrix(result: WhatIfResult, step: int) -> np.ndarray:
 
 
 def plot_worker_heatmap(
-    result: WhatIfResult, path: str | os.PathLike[str], vmin: float = 1.0, vmax: float = 1.5
-) -> None:
-    """Write the heatmap as PNG. Colours saturate at ``vmax``; the annotations show the exact values."""
+    result: WhatIfResult, path: str | os.PathLike[str] | None = None, vmin: float = 1.0, vmax: float = 1.5
+) -> Figure:
+    """The heatmap as a matplotlib Figure, written as PNG (atomically) when ``path`` is given. Colours saturate at
+    ``vmax``; the annotations show the exact values."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -101,9 +104,11 @@ def plot_worker_heatmap(
     bar = fig.colorbar(image, cax=divider.append_axes("right", size=0.18, pad=0.12))
     bar.set_label("min(S_dp, S_stage)", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, bbox_inches="tight", pad_inches=0.15)
-    plt.close(fig)
+    plt.close(fig)  # out of pyplot's registry; the Figure still saves and displays
+    if path is not None:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, bbox_inches="tight", pad_inches=0.15)
+    return fig
 
 
 def _pct(x: float | None) -> str:

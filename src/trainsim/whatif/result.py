@@ -142,6 +142,34 @@ class WhatIfResult:
             out["worker_share_ep_groups"] = [[int(g), int(s)] for g, s in self.worker_share_ep_groups or []]
         return out
 
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers in one flat mapping: the row of :meth:`to_frame`."""
+        return {"trial": self.meta.trial_name, "steps": len(self.steps),
+                "step_time_actual_s": self.step_time_actual_s, "step_time_simulated_s": self.step_time_simulated_s,
+                "step_time_ideal_s": self.step_time_ideal_s, "slowdown": self.slowdown,
+                "discrepancy": self.discrepancy, "last_stage_share": self.last_stage_share,
+                "worker_share": self.worker_share, "wasted_gpu_fraction": self.wasted_gpu_fraction,
+                "verdict": self.verdict}
+
+    def to_frame(self) -> pd.DataFrame:
+        """A one-row DataFrame of :meth:`summary` (the per-step, per-stage, per-rank tables are the ``per_*``
+        attributes)."""
+        return pd.DataFrame([self.summary()])
+
+    def _repr_html_(self) -> str:
+        """Rich display in Jupyter: the summary and the verdict."""
+        import html
+
+        return (f"<div><b>what-if: {html.escape(self.meta.trial_name)}</b>"
+                f"{self.to_frame().to_html(index=False)}<p>{html.escape(self.verdict_reason)}</p></div>")
+
+    def plot_heatmap(self, path: str | os.PathLike[str] | None = None, vmin: float = 1.0,
+                     vmax: float = 1.5) -> Any:
+        """The worker-slowdown heatmap as a matplotlib Figure (written as PNG when ``path`` is given)."""
+        from trainsim.whatif.heatmap import plot_worker_heatmap
+
+        return plot_worker_heatmap(self, path, vmin=vmin, vmax=vmax)
+
     def to_json(self, indent: int | None = 2) -> str:
         """:meth:`to_dict` as JSON text."""
         return json.dumps(self.to_dict(), indent=indent)
