@@ -26,8 +26,19 @@ app = typer.Typer(
 
 
 
+def _version(value: bool) -> None:
+    if value:
+        from trainsim import __version__
+
+        print(f"trainsim {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _group() -> None:
+def _group(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
     """Predict and explain the performance of distributed LLM training."""
 
 

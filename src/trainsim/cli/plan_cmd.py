@@ -57,9 +57,12 @@ def plan_command(
     given = {"tp": tp, "pp": pp, "vpp": vpp, "micro_batch_size": mbs, "recompute": recompute,
              "zero_stage": zero_stage, "sequence_parallel": sp}
     dims = {k: v for k, v in given.items() if v is not None}
-    result = plan(sysm, num_gpus, days, budget_usd=budget, price_per_gpu_hour=price_per_gpu_hour,
-                  training=training, template=template, dims=dims, head_size=head_size, min_aspect=min_aspect,
-                  max_aspect=max_aspect, backend=backend, workers=workers)
+    from trainsim.cli.progress import activity
+
+    with activity("plan: searching model shapes and their plans"):
+        result = plan(sysm, num_gpus, days, budget_usd=budget, price_per_gpu_hour=price_per_gpu_hour,
+                      training=training, template=template, dims=dims, head_size=head_size, min_aspect=min_aspect,
+                      max_aspect=max_aspect, backend=backend, workers=workers)
     data = result.to_json_dict()
     if html is not None:
         from trainsim.report.plan import write_plan_report

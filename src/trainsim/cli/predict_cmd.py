@@ -161,8 +161,11 @@ def predict_command(
         }
         if memory_timeline is not None:
             options["memory_timeline"] = True if memory_timeline == NO_FILE else memory_timeline
-    result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
-                     flops_convention=flops_convention, **options)
+    from trainsim.cli.progress import activity
+
+    with activity(f"{engine} engine", enabled=engine == "event"):
+        result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
+                         flops_convention=flops_convention, **options)
     notes = megatron.all_notes() if megatron is not None else []
     if html is not None:
         import os

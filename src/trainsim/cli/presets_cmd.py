@@ -16,7 +16,6 @@ def presets_command(
 ) -> None:
     """List the model, system and framework presets with their key numbers and sources."""
     from rich.console import Console
-    from rich.table import Table
 
     from trainsim.spec.framework import list_frameworks, load_framework
     from trainsim.spec.presets import list_models, list_systems, load_model, load_system
@@ -35,33 +34,65 @@ def presets_command(
         })
         return
     console = Console()
+    narrow = console.width < 110
     if rows_f:
-        t = Table(title="framework profiles (--framework)", title_justify="left")
-        for c in ("name", "version", "layers", "attention", "optimizer", "master/states", "DP engine", "pipeline"):
-            t.add_column(c)
+        cols = ["name", "version", "attention", "pipeline", "DP engine"] if narrow else \
+            ["name", "version", "layers", "attention", "optimizer", "master/states", "DP engine", "pipeline"]
+        rows = []
         for f in rows_f:
-            t.add_row(f.name, f.version, f.transformer_impl, f.attention_backend, f.optimizer_impl,
-                      f"{f.main_params_dtype}/{f.exp_avg_dtype}", f.dp_engine + (f" / {f.sharded_engine}"
-                                                                                 if f.sharded_engine else ""),
-                      f.pipeline_engine)
-        console.print(t)
+            values = {"name": f.name, "version": f.version, "layers": f.transformer_impl,
+                      "attention": f.attention_backend, "optimizer": f.optimizer_impl,
+                      "master/states": f"{f.main_params_dtype}/{f.exp_avg_dtype}",
+                      "DP engine": f.dp_engine + (f" / {f.sharded_engine}" if f.sharded_engine else ""),
+                      "pipeline": f.pipeline_engine}
+            rows.append([values[c] for c in cols])
+        console.print(_table("framework profiles (--framework)", cols, rows, console.width))
     if rows_m:
-        t = Table(title="model presets", title_justify="left")
-        for c in ("name", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "type"):
-            t.add_column(c, justify="right" if c not in ("name", "type") else "left")
+        cols = ["name", "params", "layers", "hidden", "seq", "type"] if narrow else \
+            ["name", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "type"]
+        rows = []
         for m in rows_m:
-            kind = "MoE" if m.is_moe else ("SwiGLU" if m.swiglu else "GELU")
-            t.add_row(m.name, f"{m.num_params / 1e9:.1f}B", str(m.num_layers), str(m.hidden_size),
-                      str(m.num_attention_heads), str(m.query_groups), str(m.ffn_size), str(m.vocab_size),
-                      str(m.seq_length), kind)
-        console.print(t)
+            values = {"name": m.name, "params": f"{m.num_params / 1e9:.1f}B", "layers": str(m.num_layers),
+                      "hidden": str(m.hidden_size), "heads": str(m.num_attention_heads), "kv": str(m.query_groups),
+                      "ffn": str(m.ffn_size), "vocab": str(m.vocab_size), "seq": str(m.seq_length),
+                      "type": "MoE" if m.is_moe else ("SwiGLU" if m.swiglu else "GELU")}
+            rows.append([*(values[c] for c in cols), _one_line(m.source)])
+        console.print(_table("model presets (--model)", [*cols, "source"], rows, console.width))
     if rows_s:
-        t = Table(title="system presets", title_justify="left")
-        for c in ("name", "gpu", "bf16 TFLOP/s", "HBM", "GPUs/node", "NVLink GB/s", "NICs × Gb/s", "$/GPU-h"):
-            t.add_column(c)
+        cols = ["name", "gpu", "HBM", "GPUs/node", "$/GPU-h"] if narrow else \
+            ["name", "gpu", "bf16 TFLOP/s", "HBM", "GPUs/node", "NVLink GB/s", "NICs × Gb/s", "$/GPU-h"]
+        rows = []
         for s in rows_s:
-            t.add_row(s.name, s.gpu.name, f"{s.gpu.peak_flops.bf16 / 1e12:.0f}", f"{s.gpu.hbm_capacity / 1e9:.0f} GB",
-                      str(s.node.gpus_per_node), f"{s.node.nvlink_bandwidth / 1e9:.0f}",
-                      f"{s.network.nics_per_node} × {s.network.nic_bandwidth * 8 / 1e9:.0f}",
-                      f"{s.price_per_gpu_hour:.2f}")
-        console.print(t)
+            values = {"name": s.name, "gpu": s.gpu.name, "bf16 TFLOP/s": f"{s.gpu.peak_flops.bf16 / 1e12:.0f}",
+                      "HBM": f"{s.gpu.hbm_capacity / 1e9:.0f} GB", "GPUs/node": str(s.node.gpus_per_node),
+                      "NVLink GB/s": f"{s.node.nvlink_bandwidth / 1e9:.0f}",
+                      "NICs × Gb/s": f"{s.network.nics_per_node} × {s.network.nic_bandwidth * 8 / 1e9:.0f}",
+                      "$/GPU-h": f"{s.price_per_gpu_hour:.2f}"}
+            rows.append([*(values[c] for c in cols), _one_line(s.source)])
+        console.print(_table("system presets (--system)", [*cols, "source"], rows, console.width))
+    if narrow:
+        console.print("(narrow terminal: fewer columns; --json has every field)", style="dim", highlight=False)
+
+
+def _table(title: str, cols: list[str], rows: list[list[str]], width: int):  # type: ignore[no-untyped-def]
+    """A compact table that fits ``width``: every column on one line, the last one cut with an ellipsis."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    sizes = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    left = width - sum(sizes[:-1]) - 2 * len(cols) - 1
+    for i, c in enumerate(cols):
+        last = i == len(cols) - 1
+        t.add_column(c, no_wrap=True, overflow="ellipsis", min_width=None if last else sizes[i],
+                     max_width=max(left, 8) if last else None,
+                     justify="right" if c in ("params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq",
+                                              "HBM", "GPUs/node", "$/GPU-h", "bf16 TFLOP/s", "NVLink GB/s",
+                                              "NICs × Gb/s") else "left")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split())

@@ -7,7 +7,6 @@ system from collective tables, and ``predict --op-costs/--comm-costs`` uses the 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +31,6 @@ def _ints(text: str | None, flag: str) -> list[int] | None:
         raise TrainsimError(flag.lstrip("-").replace("-", "_"), f"{text!r} must list positive integers",
                             f"e.g. {flag} 256,1024,4096")
     return values
-
-
-def _progress(quiet: bool) -> Any:
-    if quiet:
-        return None
-
-    def report(i: int, n: int, what: str) -> None:
-        if i == n:
-            sys.stderr.write(f"\r{' ' * 78}\r")
-        else:
-            sys.stderr.write(f"\r[{i + 1}/{n}] {what[:64]:<64}")
-        sys.stderr.flush()
-
-    return report
 
 
 def _has_model(values: dict[str, Any]) -> bool:
@@ -107,31 +92,36 @@ def profile_command(
 
     check_outputs({"--out": out})
     min_rep_s = None if min_rep_ms is None else min_rep_ms * 1e-3
-    progress = None if json_out else _progress(quiet)
-    job = _profile_job(job_options) if _has_model(job_options) else None
-    if sweep:
-        dtype = job.training.precision if job is not None else _precision_flag(job_options)
-        dtypes = ["tf32" if dtype == "fp32" else dtype]
-        df = profile_sweep(
-            device, dtypes=dtypes,
-            gemm_sizes=_ints(gemm_sizes, "--gemm-sizes") or _default("gemm"),
-            layouts=[s.strip() for s in sweep_layouts.split(",") if s.strip()],
-            attn_seq_lengths=_ints(attn_seq_lengths, "--attn-seq-lengths") or _default("seq"),
-            attn_batch_heads=_ints(attn_batch_heads, "--attn-batch-heads") or _default("bh"),
-            attn_head_dims=_ints(attn_head_dims, "--attn-head-dims") or _default("dims"),
-            job=job, seq_lengths=_ints(sweep_seq_lengths, "--sweep-seq-lengths") or (),
-            micro_batch_sizes=_ints(sweep_micro_batches, "--sweep-micro-batches") or (),
-            warmup=2 if warmup is None else warmup, reps=5 if reps is None else reps, min_rep_s=min_rep_s,
-            min_warmup_s=min_warmup_ms * 1e-3, attention_backend=attention_backend, gpu_name=gpu_name,
-            threads=threads, progress=progress)
-    else:
-        if job is None:
-            raise TrainsimError("model", "profile needs a model", "give --model NAME (or the architecture flags), "
-                                "or --sweep for shape grids")
-        df = profile_job(job, device, warmup=3 if warmup is None else warmup, reps=10 if reps is None else reps,
-                         min_rep_s=min_rep_s, min_warmup_s=min_warmup_ms * 1e-3, attention_backend=attention_backend,
-                         optimizer=not no_optimizer, optimizer_dtype=optimizer_dtype, gpu_name=gpu_name,
-                         threads=threads, progress=progress)
+    from trainsim.cli.progress import counted
+
+    with counted("profile", enabled=not quiet) as tick:
+        def progress(i: int, n: int, what: str) -> None:
+            tick(i, n, "operators")
+
+        job = _profile_job(job_options) if _has_model(job_options) else None
+        if sweep:
+            dtype = job.training.precision if job is not None else _precision_flag(job_options)
+            dtypes = ["tf32" if dtype == "fp32" else dtype]
+            df = profile_sweep(
+                device, dtypes=dtypes,
+                gemm_sizes=_ints(gemm_sizes, "--gemm-sizes") or _default("gemm"),
+                layouts=[s.strip() for s in sweep_layouts.split(",") if s.strip()],
+                attn_seq_lengths=_ints(attn_seq_lengths, "--attn-seq-lengths") or _default("seq"),
+                attn_batch_heads=_ints(attn_batch_heads, "--attn-batch-heads") or _default("bh"),
+                attn_head_dims=_ints(attn_head_dims, "--attn-head-dims") or _default("dims"),
+                job=job, seq_lengths=_ints(sweep_seq_lengths, "--sweep-seq-lengths") or (),
+                micro_batch_sizes=_ints(sweep_micro_batches, "--sweep-micro-batches") or (),
+                warmup=2 if warmup is None else warmup, reps=5 if reps is None else reps, min_rep_s=min_rep_s,
+                min_warmup_s=min_warmup_ms * 1e-3, attention_backend=attention_backend, gpu_name=gpu_name,
+                threads=threads, progress=progress)
+        else:
+            if job is None:
+                raise TrainsimError("model", "profile needs a model", "give --model NAME (or the architecture flags), "
+                                    "or --sweep for shape grids")
+            df = profile_job(job, device, warmup=3 if warmup is None else warmup, reps=10 if reps is None else reps,
+                             min_rep_s=min_rep_s, min_warmup_s=min_warmup_ms * 1e-3,
+                             attention_backend=attention_backend, optimizer=not no_optimizer,
+                             optimizer_dtype=optimizer_dtype, gpu_name=gpu_name, threads=threads, progress=progress)
     if df.empty:
         raise TrainsimError("profile", "nothing was measured", "check the device memory and the shapes")
     write_table(df, out, "ops")

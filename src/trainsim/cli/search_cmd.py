@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import typer
@@ -57,13 +56,15 @@ def search_command(
     price = job_options.get("price_per_gpu_hour")
     from rich.console import Console
 
+    from trainsim.cli.progress import counted
+
     err = Console(stderr=True)
-    show_progress = not no_progress and err.is_terminal
-    with _progress(err, show_progress) as tick:
+    phases = {"analytic": "analytic estimates", "event": "event-engine refinement"}
+    with counted("search", enabled=not no_progress) as tick:
         result = search(space, objective=objective, deadline_days=deadline_days, include_unfit=include_unfit,
                         refine=refine, backend=backend, workers=workers,
                         price_per_gpu_hour=float(price) if price is not None else None, calibration=calib,
-                        progress=tick)
+                        progress=lambda phase, done, total: tick(done, total, phases.get(phase, phase)))
     for message, count in result.warnings.items():
         err.print(f"warning: {message} ({count:,} candidates)", highlight=False, markup=False, soft_wrap=True)
     written = []
@@ -116,46 +117,3 @@ def _suffixed(path: str, suffix: str, flag: str, allowed: tuple[str, ...]) -> st
     if p.suffix.lower() not in allowed:
         raise TrainsimError(flag, f"{p.name!r} is not a {suffix} file", f"give a file name ending in {suffix}")
     return str(p)
-
-
-class _progress:
-    """A rich progress bar with candidates/s on stderr (no refresh thread: it is safe with forked workers)."""
-
-    def __init__(self, console: Any, enabled: bool) -> None:
-        self.console = console
-        self.enabled = enabled
-        self.bar: Any = None
-        self.tasks: dict[str, Any] = {}
-        self.last = 0.0
-
-    def __enter__(self) -> Any:
-        if not self.enabled:
-            return None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=self.console,
-                            auto_refresh=False, transient=True)
-        self.bar.start()
-        return self.tick
-
-    def tick(self, phase: str, done: int, total: int) -> None:
-        import time
-
-        if phase not in self.tasks:
-            label = "analytic estimates" if phase == "analytic" else "event-engine refinement"
-            self.tasks[phase] = self.bar.add_task(label, total=total, rate="")
-            self.start = time.perf_counter()
-        task = self.tasks[phase]
-        elapsed = time.perf_counter() - self.start
-        rate = f"{done / elapsed:,.0f} candidates/s" if elapsed > 0.2 and done else ""
-        self.bar.update(task, completed=done, total=total, rate=rate)
-        now = time.perf_counter()
-        if now - self.last > 0.1 or done >= total:
-            self.bar.refresh()
-            self.last = now
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-        sys.stderr.flush()

@@ -57,7 +57,10 @@ def validate_command(
     from trainsim.validation.report import render_markdown, run_validation
 
     check_outputs({"--write": write})
-    report = run_validation(refit=False, held_out=held_out)
+    from trainsim.cli.progress import counted
+
+    with counted("validate") as tick:
+        report = run_validation(refit=False, held_out=held_out, progress=tick)
     if write:
         write_text_atomic(write, render_markdown(report))
     if json_out:
@@ -83,7 +86,10 @@ def calibrate_command(
     from trainsim.validation.report import render_markdown, run_validation, write_calibration
 
     check_outputs({"--out": out, "--write": write})
-    report = run_validation(refit=True, held_out=write is not None)
+    from trainsim.cli.progress import counted
+
+    with counted("calibrate") as tick:
+        report = run_validation(refit=True, held_out=write is not None, progress=tick)
     target = out or Path(str(resources.files("trainsim") / "presets" / calibration_module.CALIBRATION_FILE))
     write_calibration(report, target)
     calibration_module._load.cache_clear()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -90,42 +90,62 @@ class ValidationReport:
         return seen
 
 
-def _held_out(rows: Sequence[Measurement], fitted: dict[str, Calibration]) -> dict[str, float]:
+#: ``progress(done, total, phase)``
+Progress = Callable[[int, int, str], None]
+
+
+def _held_out(rows: Sequence[Measurement], fitted: dict[str, Calibration],
+              progress: Progress | None = None) -> dict[str, float]:
     """Predicted time of each row with its own source left out of the fit."""
     out: dict[str, float] = {}
-    for gen, gen_rows in rows_by_generation(rows).items():
-        sources = sorted({r.source for r in gen_rows})
-        for src in sources:
-            train = [r for r in gen_rows if r.source != src]
-            test = [r for r in gen_rows if r.source == src]
-            if not train:
-                continue
-            result = fit_generation(train, gen, start=fitted.get(gen))
-            for r in test:
-                model = AnalyticCostModel(r.job.system, result.calibration, r.job.num_nodes)
-                out[r.id] = predict(r.job, cost_model=model).iteration_time_s
+    groups = [(gen, gen_rows, src) for gen, gen_rows in rows_by_generation(rows).items()
+              for src in sorted({r.source for r in gen_rows})]
+    for k, (gen, gen_rows, src) in enumerate(groups):
+        if progress is not None:
+            progress(k, len(groups), "held-out refits")
+        train = [r for r in gen_rows if r.source != src]
+        test = [r for r in gen_rows if r.source == src]
+        if not train:
+            continue
+        result = fit_generation(train, gen, start=fitted.get(gen))
+        for r in test:
+            model = AnalyticCostModel(r.job.system, result.calibration, r.job.num_nodes)
+            out[r.id] = predict(r.job, cost_model=model).iteration_time_s
+    if progress is not None:
+        progress(len(groups), len(groups), "held-out refits")
     return out
 
 
-def run_validation(refit: bool = False, held_out: bool = True) -> ValidationReport:
-    """Predict every published row (optionally refitting the constants first)."""
+def run_validation(refit: bool = False, held_out: bool = True,
+                   progress: Progress | None = None) -> ValidationReport:
+    """Predict every published row (optionally refitting the constants first).
+
+    ``progress(done, total, phase)`` is called as fits, predictions and held-out refits complete.
+    """
     rows = load_measurements()
     fits: dict[str, FitResult] = {}
     calibs: dict[str, Calibration] = {}
-    for gen, gen_rows in rows_by_generation(rows).items():
+    generations = rows_by_generation(rows)
+    for k, (gen, gen_rows) in enumerate(generations.items()):
+        if progress is not None and refit:
+            progress(k, len(generations), "fits")
         if refit:
             fits[gen] = fit_generation(gen_rows, gen)
             calibs[gen] = fits[gen].calibration
         else:
             calibs[gen] = calibration_for(gen)
     results = []
-    for r in rows:
+    for k, r in enumerate(rows):
+        if progress is not None:
+            progress(k, len(rows), "published runs")
         calib = calibs[r.job.system.gpu.generation]
         p = predict(r.job, cost_model=AnalyticCostModel(r.job.system, calib, r.job.num_nodes))
         results.append(RowResult(r.id, r.source, r.measured_iter_s, p.iteration_time_s, p.mfu, p.memory.fits,
                                  p.memory.peak_bytes / 1e9, breakdown=dict(p.breakdown_s)))
+    if progress is not None:
+        progress(len(rows), len(rows), "published runs")
     if held_out:
-        ho = _held_out(rows, calibs)
+        ho = _held_out(rows, calibs, progress)
         for res in results:
             res.held_out_s = ho.get(res.id)
     return ValidationReport(results, calibs, fits)
