@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from cli_helpers import run
-
 import trainsim
+from cli_helpers import run
 from trainsim.spec.presets import list_models, list_systems
 
 
