@@ -23,3 +23,18 @@ def check_one_line_error(code: int, err: str, *words: str) -> None:
     assert "Traceback" not in err
     for w in words:
         assert w in lines[0], lines[0]
+
+
+def run_plain(args: list[str]) -> tuple[int, str, str]:
+    """Run ``trainsim ARGS`` in this process capturing stdout/stderr without pytest's capsys (for hypothesis)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()

@@ -66,6 +66,5 @@ class Spec(BaseModel):
 
 def _spec_prefix(cls: type) -> str:
     return {"Model": "model", "System": "system", "Parallelism": "parallelism", "Training": "training",
-            "Framework": "framework"}.get(
-        cls.__name__, ""
-    )
+            "Framework": "framework", "GPU": "system.gpu", "PeakFlops": "system.gpu.peak_flops",
+            "Node": "system.node", "Network": "system.network"}.get(cls.__name__, "")
