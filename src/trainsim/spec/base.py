@@ -65,6 +65,7 @@ class Spec(BaseModel):
 
 
 def _spec_prefix(cls: type) -> str:
-    return {"Model": "model", "System": "system", "Parallelism": "parallelism", "Training": "training"}.get(
+    return {"Model": "model", "System": "system", "Parallelism": "parallelism", "Training": "training",
+            "Framework": "framework"}.get(
         cls.__name__, ""
     )

@@ -17,8 +17,13 @@ class Training(Spec):
     """Per-iteration training settings (Megatron names).
 
     ``zero_stage`` 1 is Megatron's ``--use-distributed-optimizer`` (optimizer states sharded over data-parallel
-    ranks); 2 also shards gradients; 3 also shards parameters (FSDP / ZeRO-3). ``attention`` selects FlashAttention
-    (fused, causal FLOPs skipped, no s² activations) or the unfused core attention of Megatron before 2023.
+    ranks); 2 also shards gradients; 3 also shards parameters (FSDP / ZeRO-3).
+
+    Fields left ``None`` come from the job's framework profile (:class:`~trainsim.spec.framework.Framework`): a
+    :class:`~trainsim.spec.job.Job` resolves them, so inside a job every field is concrete. ``attention`` is the
+    core-attention *path* (``flash``: FlashAttention-style kernel, causal FLOPs skipped, no s² activations;
+    ``unfused``: s² scores with the fused scale-mask-softmax kernel; ``eager``: s² scores with PyTorch's fp32
+    softmax chain); given explicitly it overrides the profile's attention backend.
     """
 
     micro_batch_size: int = Field(default=1, gt=0, le=MAX_BATCH)
@@ -28,15 +33,28 @@ class Training(Spec):
     recompute_num_layers: int | None = Field(
         default=None, gt=0, le=MAX_LAYERS, description="with full recompute: layers per stage recomputed (None: all)"
     )
-    zero_stage: int = Field(default=0, ge=0, le=3)
-    overlap_grad_reduce: bool = False
-    overlap_param_gather: bool = False
-    tp_comm_overlap: bool = False
+    zero_stage: int | None = Field(default=None, ge=0, le=3, description="None: the framework's default")
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
     overlap_p2p_comm: bool = Field(
         default=True, description="interleaved schedule: overlap pipeline send/recv with compute (Megatron default)"
     )
     precision: Precision = "bf16"
-    attention: Literal["flash", "unfused"] = "flash"
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None = Field(
+        default=None, description="FP8 scaling recipe (None: delayed when precision is fp8)"
+    )
+    recompute_modules: tuple[Literal["mla_up_proj", "moe_act"], ...] = Field(
+        default=(), description="Megatron's --recompute-modules subset modelled: MLA up-projections, expert activations"
+    )
+    moe_shared_expert_overlap: bool = Field(default=False,
+                                            description="run the shared expert while tokens are dispatched")
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Megatron's --overlap-moe-expert-parallel-comm / DualPipe: a micro-batch's dispatch and combine "
+                    "hide behind another micro-batch's compute",
+    )
+    attention: Literal["flash", "unfused", "eager"] | None = None
     grad_reduce_in_fp32: bool | None = Field(
         default=None,
         description="gradient buffer and its reduction in fp32 (None: Megatron's default, fp32 unless fp16 training)",
@@ -54,4 +72,4 @@ class Training(Spec):
     @property
     def use_distributed_optimizer(self) -> bool:
         """Megatron's flag: optimizer states sharded over data parallelism."""
-        return self.zero_stage >= 1
+        return (self.zero_stage or 0) >= 1

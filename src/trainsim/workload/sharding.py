@@ -20,7 +20,8 @@ the cost code:
 * **overlap** — whether gradient reduction overlaps the backward pass (Megatron ``--overlap-grad-reduce``;
   the DeepSpeed engine all-reduces after the backward pass, not overlapped).
 
-Until a framework profile supplies them, the values come from :class:`~trainsim.spec.training.Training`.
+The values come from the job's resolved training (whose unset fields the framework profile filled) and from its
+framework profile (:class:`~trainsim.spec.framework.Framework`: ``reshard_after_forward``, ``prefetch_depth``).
 """
 
 from __future__ import annotations
@@ -74,20 +75,21 @@ class Sharding:
 
 def sharding_of(job: Job) -> Sharding:
     """The data-parallel behaviour of ``job``."""
-    tr, par = job.training, job.parallelism
+    tr, par, fw = job.training, job.parallelism, job.framework
     e = 4.0 if tr.precision == "fp32" else 2.0
-    per_mb = tr.zero_stage >= 3 and par.pp == 1
+    zero = tr.zero_stage or 0
+    per_mb = zero >= 3 and par.pp == 1
     return Sharding(
-        zero_stage=tr.zero_stage,
+        zero_stage=zero,
         shards=job.dp * par.cp,
         per_microbatch_gather=per_mb,
-        reshard_after_forward=per_mb,
+        reshard_after_forward=per_mb and fw.reshard_after_forward,
         collectives_per_layer=1,
-        prefetch_depth=1,
+        prefetch_depth=fw.prefetch_depth if zero >= 3 else 1,
         param_bytes=e,
         grad_reduce_bytes=4.0 if tr.grads_in_fp32 else 2.0,
         # FSDP-style sharding with pipelining prefetches each layer's gather before its first forward and
         # reduce-scatters each layer's gradients as its last backward finishes
-        overlap_grad_reduce=tr.overlap_grad_reduce or (tr.zero_stage >= 3 and not per_mb),
-        overlap_param_gather=tr.overlap_param_gather or (tr.zero_stage >= 3 and not per_mb),
+        overlap_grad_reduce=bool(tr.overlap_grad_reduce) or (zero >= 3 and not per_mb),
+        overlap_param_gather=bool(tr.overlap_param_gather) or (zero >= 3 and not per_mb),
     )
