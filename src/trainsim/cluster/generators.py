@@ -23,6 +23,7 @@ VTRAIN_MODELS: tuple[tuple[str, int], ...] = (("gpt3-18.4b", 1024), ("gpt3-39.1b
 #: Stand-in for the 81.2B preset while it is not available.
 FALLBACK_81B = "gpt3-76.1b"
 DEFAULT_BATCH = 1024
+_BASES: dict[str, ThroughputModel] = {}
 
 
 def vtrain_models() -> list[tuple[str, int]]:
@@ -62,8 +63,9 @@ def _sized(tm: ThroughputModel, cluster: ClusterSpec, model: str, gbs: int, seq:
     """Requested GPUs (≥ what the model needs under dp-only, a power of two) and the reference iteration time."""
     pool = cluster.pools[0]
     probe = JobSpec(0, "probe", 0.0, model, gbs, seq, 1, None, 1, None, None, 1.0, "default", None, None)
-    base = ThroughputModel(source="dp-only", space=tm.space)
-    base._models = tm._models
+    base = _BASES.get(tm.space)
+    if base is None:
+        base = _BASES[tm.space] = ThroughputModel(source="dp-only", space=tm.space)
     need = base.curve(probe, pool).min_size
     if need is None:
         raise TrainsimError("model", f"{model} fits on no GPU count of pool {pool.name}", "use a larger pool")
