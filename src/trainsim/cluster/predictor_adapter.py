@@ -19,6 +19,11 @@ from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
 SearchSpaceName = Literal["tdp", "full"]
+#: The cluster's ``full`` space besides tensor and pipeline degrees: micro-batch 1, 2 or 4, every recompute mode,
+#: the distributed optimizer and sequence parallelism (virtual stages, context/expert parallelism and rank orders are
+#: left at their defaults: opening them costs 100-500× more per GPU count, see docs/cluster.md).
+FULL_SPACE: dict[str, object] = {"micro_batch_size": "1,2,4", "recompute": "all", "zero_stage": "1",
+                                 "sequence_parallel": "true"}
 
 
 class PlanPoint(NamedTuple):
@@ -42,7 +47,8 @@ class PlanPoint(NamedTuple):
 
 
 def template(training: Training, space: SearchSpaceName) -> Training:
-    """The training template of a search space: vTrain's (t, d, p) space fixes micro-batch 1 and full recompute."""
+    """The training template of a search space: vTrain's (t, d, p) space fixes micro-batch 1, full recompute and no
+    optimizer sharding; ``full`` opens the :data:`FULL_SPACE` dimensions."""
     if space == "tdp":
         return training.model_copy(update={"micro_batch_size": 1, "recompute_granularity": "full",
                                            "zero_stage": 0})
@@ -54,16 +60,14 @@ def _search(model: Model, system: System, training: Training, num_gpus: int, spa
     from trainsim.search import SearchSpace, search
 
     dims: dict[str, object] = {"tp": tp if tp is not None else "all", "pp": pp if pp is not None else "all"}
-    others = "default" if space == "tdp" else "open"
     if space == "full":
-        # every dimension open except the rank order (placement of groups is the engine's business here)
-        dims.update(rank_order=None, vpp="all", schedule="all")
+        dims.update(FULL_SPACE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainsimWarning)
         try:
             sp = SearchSpace(model=model, system=system, num_gpus=num_gpus, training=template(training, space),
-                             others=others, **dims)
-            result = search(sp, objective="time", workers=None)
+                             others="default", **dims)
+            result = search(sp, objective="time", workers=1)
         except ValueError:
             return None
     best = result.best

@@ -10,7 +10,8 @@ Rules, at every event (pools in spec order, jobs in trace order on ties):
    a running job keeps its configuration while it still meets the deadline (a move costs a restart).
 3. **Leftovers**: every pool's remaining GPUs go, one usable size step at a time, to the job on that pool whose step
    gains the most throughput per GPU relative to its remaining work (as ``elasticflow``); jobs without a deadline
-   start on the pool where their smallest usable size is cheapest.
+   start on the pool where their smallest usable size is cheapest. Running jobs keep their size and are grown only
+   at rebalances (every ``rebalance_s``, default 600 s), as in ``elasticflow``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ class DeadlinePlan(Policy):
     name = "deadline-plan"
     elastic = True
 
-    def __init__(self, **options: object) -> None:
-        super().__init__(**options)
+    def __init__(self, rebalance_s: float = 600.0) -> None:
+        super().__init__()
+        self.tick_s = rebalance_s
+        self.next_rebalance = 0.0
         self.seen: set[int] = set()
         self.sizes: dict[tuple[int, str], Sizes] = {}
 
@@ -55,6 +58,9 @@ class DeadlinePlan(Policy):
 
     def schedule(self, view: View) -> dict[int, Target]:
         """Admission, cheapest satisfying configurations, leftovers."""
+        rebalance = view.now >= self.next_rebalance
+        if rebalance:
+            self.next_rebalance = view.now + (self.tick_s or 0.0)
         free = dict(view.capacity)
         alloc: dict[int, tuple[str, int]] = {}
         deadline_jobs = sorted((j for j in view.jobs if j.spec.deadline_s is not None),
@@ -85,7 +91,12 @@ class DeadlinePlan(Policy):
                     or (j.spec.index not in alloc and self._home(view, j) == p.name)]
             counts = {j.spec.index: alloc[j.spec.index][1] for j in here if j.spec.index in alloc}
             sizes = {j.spec.index: self._sizes(view, j, p) for j in here}
-            free[p.name] = hand_out(view, p.name, free[p.name], counts, sizes, here)
+            for j in here:  # running jobs keep their size between rebalances
+                if j.running and not rebalance and j.spec.index not in counts and free[p.name] >= j.gpus:
+                    counts[j.spec.index] = j.gpus
+                    free[p.name] -= j.gpus
+            growable = here if rebalance else [j for j in here if not j.running]
+            free[p.name] = hand_out(view, p.name, free[p.name], counts, sizes, growable)
             for j in sorted(here, key=lambda j: (not j.running, j.spec.index)):
                 n = counts.get(j.spec.index, 0)
                 if n > 0:
