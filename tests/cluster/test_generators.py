@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_helpers import check_one_line_error, run
 
+from cli_helpers import check_one_line_error, run
 from trainsim.cluster.generators import poisson, vtrain2
 from trainsim.cluster.importers import import_trace
 from trainsim.cluster.trace import validate_trace

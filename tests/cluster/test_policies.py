@@ -61,7 +61,7 @@ def test_gavel_shares_time_between_pools_by_throughput() -> None:
     c = load_cluster({"pools": [{"name": "a100", "system": "dgx-a100", "nodes": 1},
                                 {"name": "h100", "system": "dgx-h100", "nodes": 1}]})
     tr = _trace(iterations=[60, 60], requested_gpus=[8, 8])
-    jobs, alloc, _ = simulate(tr, c, policy="gavel-maxmin")
+    _, alloc, _ = simulate(tr, c, policy="gavel-maxmin")
     assert set(alloc["pool"]) == {"a100", "h100"}  # both pools used at once
 
 

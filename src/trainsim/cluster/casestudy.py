@@ -56,10 +56,7 @@ def run_casestudy(itp: str | Path, seed: int, cluster: str = "dgx-a100:128", pol
                 if out is not None:
                     write_outputs(out / f"{name}-{space}-{source}", jobs, alloc, m, plots=False)
             base, best = values["dp-only"], values["best"]
-            if metric == "dsr":
-                ratio = best / base if base else None
-            else:
-                ratio = (best - base) / base if base else None
+            ratio = None if not base else (best / base if metric == "dsr" else (best - base) / base)
             rows.append({"experiment": name, "jobs": k, "space": space, "metric": metric, "better": better,
                          "dp_only": base, "best": best, "ratio": ratio, "offered_load": load,
                          "vtrain_reported": VTRAIN_REPORTED[name]})

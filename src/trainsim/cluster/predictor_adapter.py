@@ -81,7 +81,7 @@ def _search(model: Model, system: System, training: Training, num_gpus: int, spa
 def best_plan(model: Model, system: System, training: Training, num_gpus: int,
               space: SearchSpaceName = "tdp") -> PlanPoint | None:
     """The fastest plan that fits on ``num_gpus`` GPUs of ``system`` (``None`` when none fits)."""
-    return _search(model, system, training, num_gpus, space, None, None)
+    return _cached(model, system, training, num_gpus, space, None, None)
 
 
 @lru_cache(maxsize=200_000)
@@ -90,7 +90,99 @@ def plan_with(model: Model, system: System, training: Training, num_gpus: int, t
     """The fastest plan with tensor degree ``tp`` and pipeline degree ``pp`` (data parallel fills the rest)."""
     if num_gpus % (tp * pp):
         return None
-    return _search(model, system, training, num_gpus, space, tp, pp)
+    return _cached(model, system, training, num_gpus, space, tp, pp)
+
+
+# ---- persistent cache ------------------------------------------------------------------------------------------------
+#: Plan points are pure functions of (model, system, training, GPUs, degrees, space, trainsim's code and presets); they
+#: are kept on disk under ``$TRAINSIM_CACHE_DIR`` (default ``~/.cache/trainsim``)/cluster, one JSON file per
+#: (model, system, training, space), so a second run of the same workload skips the searches. ``TRAINSIM_CACHE_DIR=off``
+#: disables it.
+_DISK: dict[str, dict[str, list[object] | None]] = {}
+_DIRTY: set[str] = set()
+
+
+@lru_cache(maxsize=1)
+def _fingerprint() -> str:
+    import hashlib
+    from pathlib import Path
+
+    import trainsim
+
+    root = Path(trainsim.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*")):
+        if f.suffix in (".py", ".json", ".yaml", ".csv") and "cluster" not in f.parts:
+            st = f.stat()
+            h.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(repr(sorted(FULL_SPACE.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def _cache_dir() -> object:
+    import os
+    from pathlib import Path
+
+    env = os.environ.get("TRAINSIM_CACHE_DIR")
+    if env == "off":
+        return None
+    return Path(env) if env else Path.home() / ".cache" / "trainsim"
+
+
+def _class_key(model: Model, system: System, training: Training, space: str) -> str:
+    import hashlib
+    import json
+
+    blob = json.dumps([model.model_dump(mode="json"), system.model_dump(mode="json"),
+                       training.model_dump(mode="json"), space, _fingerprint()], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _cached(model: Model, system: System, training: Training, num_gpus: int, space: SearchSpaceName,
+            tp: int | None, pp: int | None) -> PlanPoint | None:
+    root = _cache_dir()
+    if root is None:
+        return _search(model, system, training, num_gpus, space, tp, pp)
+    import json
+    from pathlib import Path
+
+    key = _class_key(model, system, training, space)
+    table = _DISK.get(key)
+    if table is None:
+        path = Path(str(root)) / "cluster" / f"{key}.json"
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = {}
+        _DISK[key] = table
+    item = f"{num_gpus}|{tp}|{pp}"
+    if item in table:
+        row = table[item]
+        return None if row is None else PlanPoint(*row)  # type: ignore[arg-type]
+    p = _search(model, system, training, num_gpus, space, tp, pp)
+    table[item] = None if p is None else list(p)
+    _DIRTY.add(key)
+    return p
+
+
+def flush_cache() -> None:
+    """Write the new plan points to the disk cache (atomically; errors are ignored: the cache is an optimisation)."""
+    root = _cache_dir()
+    if root is None or not _DIRTY:
+        return
+    import json
+    from pathlib import Path
+
+    from trainsim.io.atomic import write_text_atomic
+
+    folder = Path(str(root)) / "cluster"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for key in sorted(_DIRTY):
+            write_text_atomic(folder / f"{key}.json", json.dumps(_DISK[key], sort_keys=True))
+    except OSError:
+        return
+    _DIRTY.clear()
 
 
 @lru_cache(maxsize=4096)

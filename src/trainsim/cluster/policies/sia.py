@@ -4,8 +4,8 @@ Rule: at every event an ILP (``scipy.optimize.milp``, HiGHS) picks at most one c
 job from its usable sizes, maximising ``Σ weight · utility`` under each pool's capacity, where utility =
 ``1 + ln(speedup)`` (speedup: throughput over the job's throughput at its smallest usable size on any pool; the log
 spreads GPUs across jobs) and a configuration that differs from the job's current one is discounted by the share
-of its remaining time a restart would cost (``restart_s``, default 300 s). Ties are broken by the solver deterministically; the allocation is
-returned with running jobs first, then trace order.
+of its remaining time a restart would cost (``restart_s``, default 300 s). Ties are broken by the solver
+deterministically; the allocation is returned with running jobs first, then trace order.
 """
 
 from __future__ import annotations
