@@ -50,6 +50,8 @@ class Segment:
     useful_t0: float
     carry: float
     overhead_s: float
+    nodes: np.ndarray  # node indices of the placement (ascending)
+    counts: np.ndarray  # GPUs on each
 
     @property
     def iter_time(self) -> float:
@@ -173,17 +175,14 @@ class Engine:
     def _release(self, rec: JobRecord) -> None:
         seg = rec.seg
         assert seg is not None
-        used = self.used[seg.pool]
-        for node, g in seg.placement.items():
-            used[node] -= g
+        self.used[seg.pool][seg.nodes] -= seg.counts
         self.held[seg.pool] -= seg.gpus
         rec.seg = None
         rec.version += 1
         del self.running[rec.spec.index]
 
     def _factor(self, rec: JobRecord, pool: str, placement: dict[int, int], point: PlanPoint) -> float:
-        slow = self.slow[pool]
-        worst = max(float(slow[k]) for k in placement)
+        worst = float(self.slow[pool][np.fromiter(placement, dtype=np.int64, count=len(placement))].max())
         if worst == 1.0:
             return 1.0
         return self.tm.slowdown(rec.spec, self.pools[pool], point, worst)
@@ -207,12 +206,13 @@ class Engine:
         first = rec.first_start is None
         over = self.overhead.seconds(self.tm.model(rec.spec.model), first) + rec.restart_penalty_s
         rec.restart_penalty_s = 0.0
-        for node, g in placement.items():
-            self.used[target.pool][node] += g
+        nodes = np.fromiter(placement, dtype=np.int64, count=len(placement))
+        counts = np.fromiter(placement.values(), dtype=np.int64, count=len(placement))
+        self.used[target.pool][nodes] += counts
         self.held[target.pool] += target.gpus
         factor = self._factor(rec, target.pool, placement, point)
         rec.seg = Segment(target.pool, placement, target.gpus, point, point.iteration_time_s, factor, t, t + over,
-                          0.0, over)
+                          0.0, over, nodes, counts)
         rec.version += 1
         rec.starts += 1
         self.running[rec.spec.index] = rec
@@ -233,7 +233,7 @@ class Engine:
         carry = self._close(rec, t, completed=False, keep_carry=True)
         rest = max(0.0, seg.useful_t0 - t)
         rec.seg = Segment(seg.pool, seg.placement, seg.gpus, seg.point, seg.base_time, factor, t, t + rest, carry,
-                          rest)
+                          rest, seg.nodes, seg.counts)
         rec.version += 1
         self._schedule_completion(rec)
 
@@ -254,7 +254,7 @@ class Engine:
             if seg is None:
                 raise AssertionError(f"job {rec.spec.job_id}: running without an allocation")
             held[seg.pool] += seg.gpus
-            if sum(seg.placement.values()) != seg.gpus:
+            if int(seg.counts.sum()) != seg.gpus or sum(seg.placement.values()) != seg.gpus:
                 raise AssertionError(f"job {rec.spec.job_id}: placement does not hold its GPUs")
             if not 0 <= rec.done < rec.spec.iterations:
                 raise AssertionError(f"job {rec.spec.job_id}: iterations done out of range")
