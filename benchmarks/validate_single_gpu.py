@@ -171,12 +171,12 @@ def cpu_system(out: Path, dtype: torch.dtype) -> Path:
     import yaml
 
     data = {"name": "this-cpu", "source": "measured by benchmarks/validate_single_gpu.py",
-            "gpu": {"name": "cpu", "generation": "cpu",
+            "gpu": {"name": "cpu", "generation": "default",
                     "peak_tflops": {"fp32": peak_t, "tf32": peak_t, "fp16": peak_t, "bf16": peak_t},
-                    "vector_tflops": peak_t, "hbm_bandwidth_tbps": bandwidth / 0.80 / 1e12,
+                    "vector_tflops": peak_t, "hbm_bandwidth_tb_s": bandwidth / 0.80 / 1e12,
                     "hbm_capacity_gb": 64, "num_sms": torch.get_num_threads()},
-            "node": {"gpus_per_node": 1, "nvlink_bandwidth_gbps": 10},
-            "network": {"nics_per_node": 1, "nic_bandwidth_gbps": 10}}
+            "node": {"gpus_per_node": 1, "nvlink_bandwidth_gb_s": 10},
+            "network": {"nics_per_node": 1, "nic_bandwidth_gbit_s": 10}}
     path = out / "system-cpu.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -5,11 +5,9 @@ micro-batch, ``P`` the exposed part of one point-to-point transfer — all of it
 Megatron-Core's default ``overlap_p2p_comm`` where only what outlasts a chunk's forward; chunk times
 ``f_s = F_s/v``):
 
-- 1F1B and interleaved 1F1B: ``T = (m·v − 1)·max_s(f_s + b_s + 2P) + Σ_s (f_s + b_s) + 2(p − 1)P``, which is
-  ``(m + (p − 1)/v)(F + B)`` plus transfers for uniform stages (bubble fraction ``(p−1)/(m·v + p − 1)``);
-- GPipe: all forwards, then all backwards: ``(m − 1)·max(F + P) + ΣF + (m − 1)·max(B + P) + ΣB + 2(p − 1)P``;
-- ZB-H1 (zero bubble): 1F1B with ``min(m + p − 2, 2(p − 1))·W`` less bubble (exact for uniform stages: the deferred
-  weight-gradient passes ``W`` fill the bubble), never below the busiest stage's own work.
+- the pipelined passes take the schedule's closed form (:meth:`PipelineSchedule.pipeline_time
+  <trainsim.schedule.pipeline.PipelineSchedule.pipeline_time>`: 1F1B and interleaved
+  ``(m·v − 1)·max_s(f_s + b_s + 2P) + Σ_s (f_s + b_s) + 2(p − 1)P``, GPipe, ZB-H1, ZB-V and DualPipe-V their own);
 
 Data parallelism: stage ``s`` finishes its last backward ``s·(B̄ + P)`` before stage 0 does (pipeline drain), so its
 gradient synchronisation has that much slack; with ``--overlap-grad-reduce`` all but the last bucket also hide behind
@@ -22,10 +20,12 @@ exposed times by category sum to the iteration time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainsim.cost.job_costs import CostModel, StageCost, default_cost_model, stage_costs
+from trainsim.workload.sharding import sharding_of
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -57,59 +57,56 @@ def exposed_p2p(job: Job, stages: list[StageCost]) -> float:
     if p == 1:
         return 0.0
     P = max(s.p2p for s in stages)
-    asynchronous = job.schedule == "zb-h1" or (job.schedule == "interleaved" and job.training.overlap_p2p_comm)
-    if asynchronous:
+    if job.pipeline.p2p_mode(job.training.overlap_p2p_comm) == "overlap":
         chunk = min(s.fwd for s in stages) / job.parallelism.vpp
         return max(0.0, P - chunk)
     return P
 
 
 def _pipeline_time(job: Job, stages: list[StageCost], P: float) -> tuple[float, int]:
-    par = job.parallelism
-    p, v, m = par.pp, par.vpp, job.num_microbatches
+    v = job.parallelism.vpp
     f = [s.fwd / v for s in stages]
     b = [s.bwd / v for s in stages]
-    cycles = [fi + bi + 2 * P for fi, bi in zip(f, b, strict=True)]
-    crit = max(range(p), key=lambda i: cycles[i])
-    schedule = job.schedule
-    if schedule == "gpipe":
-        t = ((m - 1) * max(fi + P for fi in f) + sum(f) + (m - 1) * max(bi + P for bi in b) + sum(b)
-             + 2 * (p - 1) * P)
-        crit = max(range(p), key=lambda i: f[i] + b[i])
-        return t, crit
-    t = (m * v - 1) * cycles[crit] + sum(f) + sum(b) + 2 * (p - 1) * P
-    if schedule == "zb-h1" and p > 1:
-        # deferred weight-gradient passes fill the bubble; only the last W stays on the critical path once
-        # m ≥ p: T = (m+p-1)(F+B) + max(1, m-p+1)·W, i.e. 1F1B minus min(m+p-2, 2(p-1))·W
-        w = sum(s.total.wgrad for s in stages) / p
-        floor = m * max(fi + bi for fi, bi in zip(f, b, strict=True)) + 2 * (m + p - 2) * P
-        t = max(floor, t - min(m + p - 2, 2 * (p - 1)) * w)
-    return t, crit
+    w = [s.total.wgrad / v for s in stages]
+    return job.pipeline.pipeline_time(f, b, w, P, job.num_microbatches, v)
+
+
+def _overlapped_sync(s: StageCost, vpp: int, pp: int, slow: float) -> float:
+    """Gradient sync of one stage left after its backward pass, with ``--overlap-grad-reduce``.
+
+    Each chunk's buckets are reduced as its last backward produces them; under interleaving chunk ``c``'s last
+    backward ends ``c·pp`` chunk-backwards before the stage's last one (the cooldown runs chunks ``v−1 … 0``), so
+    its reduce-scatter also overlaps the later chunks. The chunks' collectives queue on one stream; what ends after
+    the stage's last backward is exposed, and the backward they overlap runs ``slow`` slower.
+    """
+    b = s.bwd / vpp
+    r = s.grad_sync / vpp
+    bucket = min(s.grad_bucket, r)
+    free = -math.inf
+    for c in range(vpp - 1, -1, -1):
+        end = -c * pp * b
+        free = max(free + r, end - b + r, end + bucket)
+    exposed = max(0.0, free)
+    return exposed + slow * min(max(0.0, s.grad_sync - exposed), vpp * pp * b)
 
 
 def _dp_exposed(job: Job, stages: list[StageCost], P: float, slow: float) -> float:
-    tr = job.training
-    p = job.parallelism.pp
-    mean_b = sum(s.bwd for s in stages) / p / job.parallelism.vpp
+    sh = sharding_of(job)
+    p, v = job.parallelism.pp, job.parallelism.vpp
+    mean_b = sum(s.bwd for s in stages) / p / v
     finish = []
     for s in stages:
         slack = s.stage * (mean_b + P)
-        if tr.overlap_grad_reduce:
-            last_bwd = s.bwd / job.parallelism.vpp
-            sync = max(s.grad_bucket, s.grad_sync - last_bwd)
-            hidden = s.grad_sync - sync
-            sync += slow * min(hidden, last_bwd)  # the backward it hides behind runs slower
-        else:
-            sync = s.grad_sync
+        sync = _overlapped_sync(s, v, p, slow) if sh.overlap_grad_reduce else s.grad_sync
         finish.append(sync + s.embedding_sync - slack)
     return max(0.0, max(finish))
 
 
 def _param_gather_exposed(job: Job, stages: list[StageCost], P: float, slow: float) -> float:
-    tr = job.training
-    if tr.zero_stage < 1 or tr.zero_stage >= 3:
+    sh = sharding_of(job)
+    if not sh.gather_per_step:
         return 0.0
-    if not tr.overlap_param_gather:
+    if not sh.overlap_param_gather:
         return max(s.param_gather for s in stages)
     exposed = []
     for s in stages:
@@ -131,9 +128,7 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     zero3 = stages[crit].zero3_exposed
     compute = m * (c.fwd_compute + c.bwd_compute + c.overlap_penalty_fwd + c.overlap_penalty_bwd)
     comm = {g: m * c.exposed.get(g, 0.0) for g in ("tp", "cp", "ep")}
-    pp_comm = (2 * (m * v - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
-    if job.schedule == "gpipe":
-        pp_comm = (2 * (m - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
+    pp_comm = job.pipeline.transfers_on_path(p, m, v) * P
     slow = model.calibration.overlap_slowdown
     dp = _dp_exposed(job, stages, P, slow) + _param_gather_exposed(job, stages, P, slow) + m * zero3
     optimizer = max(s.optimizer for s in stages)

@@ -27,22 +27,26 @@ def test_nvswitch_domain_size_changes_placement():
 
 
 def test_ring_all_reduce_formula_inside_a_node():
+    """NCCL's ring with the Simple protocol: base latency + one NVLink step latency per step + 2(n-1)/n·S/B."""
     S = 1e9
     t = collective_time("all_reduce", S, Placement(8, 8, 1), SYS, CAL, algorithm="ring")
-    expected = 2 * 7 * SYS.node.nvlink_latency + 2 * 7 / 8 * S / SYS.node.nvlink_bandwidth
+    base = 8.4e-6
+    expected = base + 2 * 7 * SYS.node.nvlink_latency + 2 * 7 / 8 * S / SYS.node.nvlink_bandwidth
     assert t == pytest.approx(expected)
     assert collective_time("all_gather", S, Placement(8, 8, 1), SYS, CAL) == pytest.approx(
-        7 * SYS.node.nvlink_latency + 7 / 8 * S / SYS.node.nvlink_bandwidth)
+        base + 7 * SYS.node.nvlink_latency + 7 / 8 * S / SYS.node.nvlink_bandwidth)
 
 
 def test_inter_node_groups_share_the_nics_of_their_members():
     S = 1e9
-    one_per_node = collective_time("all_reduce", S, Placement(4, 1, 4), SYS, CAL, algorithm="ring")
-    eight_per_node = collective_time("all_reduce", S, Placement(32, 8, 4), SYS, CAL, algorithm="ring")
+    one_per_node = collective_time("all_gather", S, Placement(4, 1, 4), SYS, CAL)
+    eight_per_node = collective_time("all_gather", S, Placement(32, 8, 4), SYS, CAL)
     nic = SYS.nic_bandwidth_per_gpu()
-    assert one_per_node == pytest.approx(6 * SYS.network.latency + 1.5 * S / nic)
-    # eight members per node use eight NICs (200 GB/s), still below NVLink's 300 GB/s
-    assert eight_per_node == pytest.approx(62 * SYS.network.latency + 2 * 31 / 32 * S / (8 * nic))
+    lat = SYS.network.latency
+    # one GPU per node: every step crosses the network, the GPU's own NIC
+    assert one_per_node == pytest.approx(8.4e-6 + 3 * lat + 3 / 4 * S / nic)
+    # eight members per node use eight NICs (200 GB/s), still below NVLink's 300 GB/s; 3 of 31 steps cross nodes
+    assert eight_per_node == pytest.approx(8.4e-6 + 28 * SYS.node.nvlink_latency + 3 * lat + 31 / 32 * S / (8 * nic))
     assert collective_time("all_reduce", S, Placement(1, 1, 1), SYS, CAL) == 0.0
 
 

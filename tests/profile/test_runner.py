@@ -19,10 +19,10 @@ FAST = {"warmup": 1, "reps": 2, "min_rep_s": 1e-4, "min_warmup_s": 0.0}
 
 CPU_SYSTEM = system_from_dict({
     "name": "cpu-test",
-    "gpu": {"name": "cpu", "generation": "cpu", "peak_tflops": {"fp32": 0.1, "tf32": 0.1, "fp16": 0.1, "bf16": 0.1},
-            "vector_tflops": 0.1, "hbm_bandwidth_tbps": 0.02, "hbm_capacity_gb": 16, "num_sms": 2},
-    "node": {"gpus_per_node": 1, "nvlink_bandwidth_gbps": 10},
-    "network": {"nics_per_node": 1, "nic_bandwidth_gbps": 10},
+    "gpu": {"name": "cpu", "generation": "default", "peak_tflops": {"fp32": 0.1, "tf32": 0.1, "fp16": 0.1, "bf16": 0.1},
+            "vector_tflops": 0.1, "hbm_bandwidth_tb_s": 0.02, "hbm_capacity_gb": 16, "num_sms": 2},
+    "node": {"gpus_per_node": 1, "nvlink_bandwidth_gb_s": 10},
+    "network": {"nics_per_node": 1, "nic_bandwidth_gbit_s": 10},
 })
 
 

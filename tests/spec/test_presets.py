@@ -42,9 +42,9 @@ def test_system_file(tmp_path):
     f = tmp_path / "mine.yaml"
     f.write_text("""
 gpu: {name: X, generation: hopper, peak_tflops: {fp32: 60, tf32: 400, fp16: 800, bf16: 800},
-      vector_tflops: 60, hbm_bandwidth_tbps: 3, hbm_capacity_gb: 96, num_sms: 100}
-node: {gpus_per_node: 4, nvlink_bandwidth_gbps: 200}
-network: {nics_per_node: 4, nic_bandwidth_gbps: 100}
+      vector_tflops: 60, hbm_bandwidth_tb_s: 3, hbm_capacity_gb: 96, num_sms: 100}
+node: {gpus_per_node: 4, nvlink_bandwidth_gb_s: 200}
+network: {nics_per_node: 4, nic_bandwidth_gbit_s: 100}
 price_per_gpu_hour: 1.5
 """)
     s = load_system(str(f))

@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from trainsim.errors import TrainsimError
+from trainsim.schedule import schedule_help
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ def _o(name: str, flags: tuple[str, ...], kind: type, section: str, field: str, 
 JOB_OPTIONS: tuple[JobOption, ...] = (
     _o("model", ("--model", "-m"), str, "job", "model", "model preset, Hugging Face config.json, or model JSON"),
     _o("system", ("--system", "-s"), str, "job", "system", "system preset or YAML file", "dgx-h100"),
+    _o("framework", ("--framework",), str, "job", "framework",
+       "software stack: NAME[@version] preset (megatron-core, nemo, torchtitan, fsdp, hf-transformers, ...) or "
+       "profile YAML", "megatron-core"),
     _o("num_gpus", ("--num-gpus", "-n"), int, "job", "num_gpus", "total GPUs (dp is derived from it)"),
     # model
     _o("num_layers", ("--num-layers",), int, "model", "num_layers", "transformer layers"),
@@ -94,12 +98,16 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     _o("dp", ("--data-parallel-size", "--dp"), int, "parallelism", "dp", "data parallel size (checked)"),
     _o("sequence_parallel", ("--sequence-parallel",), bool, "parallelism", "sequence_parallel",
        "sequence parallelism"),
-    _o("schedule", ("--schedule",), str, "parallelism", "schedule", "1f1b, gpipe, interleaved or zb-h1"),
+    _o("schedule", ("--schedule",), str, "parallelism", "schedule", schedule_help()),
     _o("rank_order", ("--rank-order",), str, "parallelism", "rank_order", "e.g. tp-cp-ep-dp-pp"),
     _o("first_stage_layers", ("--decoder-first-pipeline-num-layers",), int, "parallelism", "first_stage_layers",
        "layers on the first stage"),
     _o("last_stage_layers", ("--decoder-last-pipeline-num-layers",), int, "parallelism", "last_stage_layers",
        "layers on the last stage"),
+    _o("account_for_embedding_in_pipeline_split", ("--account-for-embedding-in-pipeline-split",), bool,
+       "parallelism", "account_for_embedding_in_pipeline_split", "count the embedding as a layer of the first stage"),
+    _o("account_for_loss_in_pipeline_split", ("--account-for-loss-in-pipeline-split",), bool,
+       "parallelism", "account_for_loss_in_pipeline_split", "count the loss as a layer of the last stage"),
     _o("pipeline_layout", ("--pipeline-model-parallel-layout",), str, "parallelism", "pipeline_layout",
        "layers per virtual stage, e.g. 'Et|(tt|)*30L' (Megatron syntax)"),
     # training
@@ -127,7 +135,27 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     _o("bf16", ("--bf16",), bool, "training", "precision", "bf16 mixed precision (default)"),
     _o("fp8", ("--fp8",), bool, "training", "precision", "FP8 GEMMs (Transformer Engine)"),
     _o("fp32", ("--fp32",), bool, "training", "precision", "fp32 training (TF32 GEMMs)"),
-    _o("attention", ("--attention",), str, "training", "attention", "flash or unfused core attention"),
+    _o("attention", ("--attention",), str, "training", "attention",
+       "core attention path: flash, unfused (fused softmax on s² scores) or eager (fp32 softmax chain)"),
+    # framework (software stack) overrides, Megatron names
+    _o("transformer_impl", ("--transformer-impl",), str, "framework", "transformer_impl",
+       "transformer_engine or local (local also selects the local attention unless --attention-backend)"),
+    _o("attention_backend", ("--attention-backend",), str, "framework", "attention_backend",
+       "flash, fused, unfused or local"),
+    _o("no_masked_softmax_fusion", ("--no-masked-softmax-fusion",), bool, "framework", "masked_softmax_fusion",
+       "eager softmax instead of the fused scale-mask-softmax kernel", inverted=True),
+    _o("no_gradient_accumulation_fusion", ("--no-gradient-accumulation-fusion",), bool, "framework",
+       "gradient_accumulation_fusion", "wgrad GEMMs do not accumulate into main_grad directly", inverted=True),
+    _o("cross_entropy_loss_fusion", ("--cross-entropy-loss-fusion",), bool, "framework", "fused_cross_entropy",
+       "fused cross-entropy (no fp32 logits copies)"),
+    _o("main_params_dtype", ("--main-params-dtype",), str, "framework", "main_params_dtype",
+       "master weights: fp32, bf16, fp16 or param (no copy)"),
+    _o("exp_avg_dtype", ("--exp-avg-dtype",), str, "framework", "exp_avg_dtype", "Adam first moment dtype"),
+    _o("exp_avg_sq_dtype", ("--exp-avg-sq-dtype",), str, "framework", "exp_avg_sq_dtype",
+       "Adam second moment dtype"),
+    _o("optimizer_impl", ("--optimizer-impl",), str, "framework", "optimizer_impl", "fused, foreach or loop"),
+    _o("enable_cuda_graph", ("--enable-cuda-graph",), bool, "framework", "cuda_graphs",
+       "CUDA graphs (host dispatch per kernel no longer on the critical path)"),
     _o("grad_reduce_in_bf16", ("--grad-reduce-in-bf16",), bool, "training", "grad_reduce_in_fp32",
        "reduce gradients in 16-bit instead of fp32", inverted=True),
     _o("train_tokens", ("--train-tokens",), float, "training", "train_tokens", "tokens to train on (e.g. 300e9)"),
@@ -149,18 +177,25 @@ def _parameter(opt: JobOption, as_text: bool) -> inspect.Parameter:
 
 
 def with_job_options(as_text: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: add the job flags to a Typer command, which receives them as ``job_options``."""
+    """Decorator: add the job flags to a Typer command, which receives them as ``job_options``.
+
+    A parameter of the command itself with a job flag's name (e.g. ``profile --attention-backend``, the SDPA
+    backend to measure) takes precedence: that job flag is not added.
+    """
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(func)
         own = [p for p in sig.parameters.values() if p.name != "job_options"]
+        own_names = {p.name for p in own}
+        added = [o for o in JOB_OPTIONS if o.name not in own_names]
+        names = {o.name for o in added}
 
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> Any:
-            job_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _BY_NAME}
+            job_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
             return func(job_options=job_kwargs, **kwargs)
 
-        params = own + [_parameter(o, as_text) for o in JOB_OPTIONS]
+        params = own + [_parameter(o, as_text) for o in added]
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         return wrapper
 
@@ -183,7 +218,8 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
     from trainsim.spec.presets import load_model, load_system
     from trainsim.spec.training import Training
 
-    sections: dict[str, dict[str, Any]] = {"model": {}, "system": {}, "parallelism": {}, "training": {}}
+    sections: dict[str, dict[str, Any]] = {"model": {}, "system": {}, "parallelism": {}, "training": {},
+                                           "framework": {}}
     for name, value in values.items():
         opt = _BY_NAME[name]
         if opt.section == "job" or name in PRECISION_FLAGS or value is None or value is False:
@@ -240,4 +276,24 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
         parallelism=Parallelism(**sections["parallelism"]),
         training=Training(**sections["training"]),
         num_gpus=values.get("num_gpus"),
+        framework=framework_from_options(values.get("framework"), sections["framework"]),
     )
+
+
+def framework_from_options(name: str | None, overrides: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The framework profile ``name`` (default megatron-core) with the individual flags applied.
+
+    ``--transformer-impl local`` also selects Megatron's local attention (the local layer spec) unless
+    ``--attention-backend`` is given; ``--enable-cuda-graph`` removes the host dispatch cost per kernel.
+    """
+    from trainsim.spec.framework import load_framework
+
+    fw = load_framework(name)
+    if not overrides:
+        return fw
+    over = dict(overrides)
+    if over.get("transformer_impl") == "local" and "attention_backend" not in over:
+        over["attention_backend"] = "local"
+    if over.get("cuda_graphs"):
+        over["host_dispatch_s"] = 0.0
+    return fw.replace(**over)

@@ -39,3 +39,19 @@ def fmt_seconds(s: float) -> str:
 def fmt_bytes(b: float) -> str:
     """Bytes in GB (1e9)."""
     return f"{b / 1e9:.1f} GB"
+
+
+def check_outputs(files: dict[str, Any], directories: dict[str, Any] | None = None) -> None:
+    """Check every output path of a command before it computes anything (flag name → path; ``None``: not given).
+
+    A missing directory, a directory given as a file (or the reverse) or an unwritable location raises one
+    :class:`~trainsim.errors.TrainsimError` naming the flag, so a typo costs nothing but a one-line error.
+    """
+    from trainsim.io.atomic import check_output_path
+
+    for flag, path in files.items():
+        if path is not None:
+            check_output_path(path, flag)
+    for flag, path in (directories or {}).items():
+        if path is not None:
+            check_output_path(path, flag, directory=True)

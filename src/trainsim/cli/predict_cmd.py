@@ -60,6 +60,8 @@ def predict_command(
                                           help="event engine: write the op trace (straggler-trace schema)"),
     export_meta: str | None = typer.Option(None, "--export-meta", metavar="META.yaml",
                                            help="metadata of --export-ops (default: meta-<J>.yaml beside it)"),
+    html: str | None = typer.Option(None, "--html", metavar="FILE",
+                                    help="write an interactive report (one self-contained HTML file)"),
     *,
     job_options: dict[str, Any],
 ) -> None:
@@ -90,6 +92,11 @@ def predict_command(
         raise TrainsimError("trace_detail", "only applies to --trace", "add --trace FILE.json or drop --trace-detail")
     if seed is not None and seq_len_cv is None:
         raise TrainsimError("seed", "only applies to --seq-len-cv", "add --seq-len-cv 0.3 or drop --seed")
+    from trainsim.cli.output import check_outputs
+
+    check_outputs({"--trace": trace, "--export-ops": export_ops, "--export-meta": export_meta,
+                   "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline,
+                   "--html": html})
     job = job_from_options(job_options)
     calib = _load_calibration(calibration, job) if calibration else None
     cost_model = None
@@ -109,6 +116,13 @@ def predict_command(
             options["memory_timeline"] = True if memory_timeline == NO_FILE else memory_timeline
     result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
                      flops_convention=flops_convention, **options)
+    if html is not None:
+        import os
+
+        from trainsim.report.predict import write_predict_report
+
+        link = os.path.relpath(trace, os.path.dirname(os.path.abspath(html))) if trace else None
+        write_predict_report(result, html, trace_file=link)
     if json_out:
         from trainsim.cli.output import print_json
 
@@ -119,6 +133,8 @@ def predict_command(
         print_prediction(result)
         if engine == "event":
             print_event_extras(result.to_json_dict())
+        if html is not None:
+            print(f"report written to {html}")
 
 
 def print_event_extras(d: dict[str, Any]) -> None:

@@ -11,27 +11,40 @@ from trainsim.cli import app
 def presets_command(
     models: bool = typer.Option(False, "--models", help="only models"),
     systems: bool = typer.Option(False, "--systems", help="only systems"),
+    frameworks: bool = typer.Option(False, "--frameworks", help="only framework profiles (software stacks)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
-    """List the model and system presets with their key numbers and sources."""
+    """List the model, system and framework presets with their key numbers and sources."""
     from rich.console import Console
     from rich.table import Table
 
+    from trainsim.spec.framework import list_frameworks, load_framework
     from trainsim.spec.presets import list_models, list_systems, load_model, load_system
 
-    show_models = models or not systems
-    show_systems = systems or not models
-    rows_m = [load_model(n) for n in list_models()] if show_models else []
-    rows_s = [load_system(n) for n in list_systems()] if show_systems else []
+    none = not (models or systems or frameworks)
+    rows_m = [load_model(n) for n in list_models()] if models or none else []
+    rows_s = [load_system(n) for n in list_systems()] if systems or none else []
+    rows_f = [load_framework(n) for n in list_frameworks()] if frameworks or none else []
     if json_out:
         from trainsim.cli.output import print_json
 
         print_json({
             "models": {m.name: {**m.model_dump(exclude_none=True), "num_params": m.num_params} for m in rows_m},
             "systems": {s.name: s.model_dump(exclude_none=True) for s in rows_s},
+            "frameworks": {f.name: f.model_dump() for f in rows_f},
         })
         return
     console = Console()
+    if rows_f:
+        t = Table(title="framework profiles (--framework)", title_justify="left")
+        for c in ("name", "version", "layers", "attention", "optimizer", "master/states", "DP engine", "pipeline"):
+            t.add_column(c)
+        for f in rows_f:
+            t.add_row(f.name, f.version, f.transformer_impl, f.attention_backend, f.optimizer_impl,
+                      f"{f.main_params_dtype}/{f.exp_avg_dtype}", f.dp_engine + (f" / {f.sharded_engine}"
+                                                                                 if f.sharded_engine else ""),
+                      f.pipeline_engine)
+        console.print(t)
     if rows_m:
         t = Table(title="model presets", title_justify="left")
         for c in ("name", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "type"):

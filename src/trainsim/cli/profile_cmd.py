@@ -15,6 +15,7 @@ import typer
 
 from trainsim.cli import app
 from trainsim.cli.job_options import job_from_options, with_job_options
+from trainsim.io.atomic import write_text_atomic
 
 
 def _ints(text: str | None, flag: str) -> list[int] | None:
@@ -99,10 +100,12 @@ def profile_command(
     job_options: dict[str, Any],
 ) -> None:
     """Time the operators of one GPU of a job (or sweep shapes) with PyTorch and write an operator table."""
+    from trainsim.cli.output import check_outputs
     from trainsim.cost.tables import write_table
     from trainsim.errors import TrainsimError
     from trainsim.profile.runner import profile_job, profile_sweep
 
+    check_outputs({"--out": out})
     min_rep_s = None if min_rep_ms is None else min_rep_ms * 1e-3
     progress = None if json_out else _progress(quiet)
     job = _profile_job(job_options) if _has_model(job_options) else None
@@ -227,9 +230,11 @@ def import_nccl_tests_command(
     """Read nccl-tests output (old and new text layouts, launcher prefixes, JSON) into a collective table."""
     import pandas as pd
 
+    from trainsim.cli.output import check_outputs
     from trainsim.cost.tables import write_table
     from trainsim.io.nccl_tests import comm_table, read_nccl_tests
 
+    check_outputs({"--out": out})
     frames = [comm_table(read_nccl_tests(p), collective, num_gpus, nodes, gpu_name, source=p.name) for p in logs]
     df = pd.concat(frames, ignore_index=True)
     write_table(df, out, "comm")
@@ -278,9 +283,11 @@ def fit_comm_command(
     json_out: bool = typer.Option(False, "--json", help="print the fits as JSON"),
 ) -> None:
     """Fit the NVLink and network efficiencies (and latencies) of a system from measured collective tables."""
+    from trainsim.cli.output import check_outputs
     from trainsim.profile.fit_comm import fit_comm
     from trainsim.spec.presets import load_system
 
+    check_outputs({"--out": out, "--system-out": system_out})
     sys_ = load_system(system)
     result = fit_comm(tables, sys_)
     text = result.to_yaml()
@@ -316,8 +323,7 @@ def _write(path: Path, text: str) -> None:
     from trainsim.errors import TrainsimError
 
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_text_atomic(path, text)
     except OSError as exc:
         raise TrainsimError("out", f"cannot write {path} ({exc})", "choose a writable path") from None
 
@@ -349,9 +355,11 @@ def merge_tables_command(
     out: Path = typer.Option(..., "--out", "-o", help="merged table to write (Parquet)"),
 ) -> None:
     """Merge cost tables of one kind and one GPU (for a key in several tables, the last table given wins)."""
+    from trainsim.cli.output import check_outputs
     from trainsim.cost.tables import merge_tables, table_kind, write_table
     from trainsim.errors import TrainsimError
 
+    check_outputs({"--out": out})
     kinds = {table_kind(t) for t in tables}
     if len(kinds) > 1:
         raise TrainsimError("tables", "operator and collective tables cannot be merged together",

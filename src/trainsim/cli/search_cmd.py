@@ -34,6 +34,8 @@ def search_command(
     plot_color: str = typer.Option("tp", "--plot-color", help="colour points by this dimension"),
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    html: str | None = typer.Option(None, "--html", metavar="FILE",
+                                    help="write an interactive report (one self-contained HTML file)"),
     *,
     job_options: dict[str, Any],
 ) -> None:
@@ -45,6 +47,11 @@ def search_command(
 
     if top < 0:
         raise TrainsimError("top", f"must be 0 or more (got {top})", "give --top K (0: all)")
+    from trainsim.cli.output import check_outputs
+
+    csv = csv and _suffixed(csv, ".csv", "--csv", (".csv",))
+    parquet = parquet and _suffixed(parquet, ".parquet", "--parquet", (".parquet", ".pq"))
+    check_outputs({"--csv": csv, "--parquet": parquet, "--plot": plot, "--html": html})
     space = space_from_options(given_options(ctx, job_options), others=others, sp=sp)
     calib = load_calibration(calibration, space.system.gpu.generation) if calibration else None
     price = job_options.get("price_per_gpu_hour")
@@ -61,11 +68,16 @@ def search_command(
         err.print(f"warning: {message} ({count:,} candidates)", highlight=False, markup=False, soft_wrap=True)
     written = []
     if csv:
-        written.append(result.write(_suffixed(csv, ".csv"), top))
+        written.append(result.write(csv, top))
     if parquet:
-        written.append(result.write(_suffixed(parquet, ".parquet"), top))
+        written.append(result.write(parquet, top))
     if plot:
         written.append(result.plot(plot, x=plot_x, color=plot_color))
+    if html:
+        from trainsim.report.search import write_search_report
+
+        title = f"Plan search: {space.model.name} on {space.system.name}"
+        written.append(write_search_report(result, html, title=title))
     if json_out:
         from trainsim.cli.output import print_json
 
@@ -91,11 +103,18 @@ def given_options(ctx: Any, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _suffixed(path: str, suffix: str) -> str:
+def _suffixed(path: str, suffix: str, flag: str, allowed: tuple[str, ...]) -> str:
+    """``path`` with ``suffix`` added when it has none; another file type is an error."""
     from pathlib import Path
 
+    from trainsim.errors import TrainsimError
+
     p = Path(path)
-    return str(p if p.suffix else p.with_suffix(suffix))
+    if not p.suffix:
+        return str(p.with_suffix(suffix))
+    if p.suffix.lower() not in allowed:
+        raise TrainsimError(flag, f"{p.name!r} is not a {suffix} file", f"give a file name ending in {suffix}")
+    return str(p)
 
 
 class _progress:

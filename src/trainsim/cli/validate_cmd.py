@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from trainsim.cli import app
+from trainsim.io.atomic import write_text_atomic
 
 
 def _pct(x: float) -> str:
@@ -52,12 +53,13 @@ def validate_command(
     held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="leave-one-source-out refits"),
 ) -> None:
     """Predict every published measurement and report the error per source."""
+    from trainsim.cli.output import check_outputs
     from trainsim.validation.report import render_markdown, run_validation
 
+    check_outputs({"--write": write})
     report = run_validation(refit=False, held_out=held_out)
     if write:
-        write.parent.mkdir(parents=True, exist_ok=True)
-        write.write_text(render_markdown(report))
+        write_text_atomic(write, render_markdown(report))
     if json_out:
         from trainsim.cli.output import print_json
 
@@ -76,16 +78,17 @@ def calibrate_command(
     """Refit the analytic constants on the published measurements, write them, and report the error."""
     from importlib import resources
 
+    from trainsim.cli.output import check_outputs
     from trainsim.cost import calibration as calibration_module
     from trainsim.validation.report import render_markdown, run_validation, write_calibration
 
+    check_outputs({"--out": out, "--write": write})
     report = run_validation(refit=True, held_out=write is not None)
     target = out or Path(str(resources.files("trainsim") / "presets" / calibration_module.CALIBRATION_FILE))
     write_calibration(report, target)
     calibration_module._load.cache_clear()
     print(f"wrote {target}")
     if write:
-        write.parent.mkdir(parents=True, exist_ok=True)
-        write.write_text(render_markdown(report))
+        write_text_atomic(write, render_markdown(report))
         print(f"wrote {write}")
     _print_summary(report)

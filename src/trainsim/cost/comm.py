@@ -13,30 +13,27 @@ group's traffic leaves each node through the NICs of its members there (rail-opt
 collective at once (TP, DP, CP groups all do), this is exactly the node's NICs shared between the concurrent
 groups. Oversubscribed fabrics divide the NIC bandwidth above ``full_bisection_nodes``.
 
-Algorithms (``n`` members, buffer ``S`` as nccl-tests counts it, α the link latency):
-
-- ring all-reduce ``2(n−1)α + 2(n−1)/n · S/B``; tree all-reduce ``2⌈log₂n⌉α + 2(n−1)/n · S/B``; ``auto`` takes the
-  faster, as NCCL's tuner does;
-- all-gather / reduce-scatter ``(n−1)α + (n−1)/n · S/B``;
-- all-to-all: the share of ``S`` for peers in the same node over NVLink, the rest over the GPU's own NIC;
-- send/recv ``α + S/B`` on the link between the two GPUs.
+Algorithms: all-reduce, all-gather and reduce-scatter follow NCCL's tuner (:mod:`trainsim.cost.nccl`: ring / tree /
+NVLS × LL / LL128 / Simple, the cheapest for the message size, per-step latencies inside and across nodes);
+all-to-all sends the share of ``S`` for peers in the same node over NVLink, the rest over the GPU's own NIC;
+send/recv costs ``α + S/B`` on the link between the two GPUs.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from trainsim.cost.calibration import Calibration
+from trainsim.cost.nccl import Links, collective_seconds
 from trainsim.spec.system import System
 from trainsim.workload.ops import Collective
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
 
-Algorithm = Literal["auto", "ring", "tree"]
+Algorithm = Literal["auto", "ring", "tree", "nvls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +95,14 @@ def placements_of(job: Job) -> dict[str, Placement]:
     return group_placements(par.rank_order, par.tp, par.cp, par.ep, job.dp, par.pp, job.system.gpus_per_node)
 
 
-def _link(place: Placement, system: System, calib: Calibration, job_nodes: int,
-          per_gpu: bool = False) -> tuple[float, float]:
-    """(bandwidth bytes/s, latency s) of the slowest hop of a group."""
+def link(place: Placement, system: System, calib: Calibration, job_nodes: int,
+         per_gpu: bool = False) -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) of the slowest hop of a group.
+
+    Across nodes the group's members on one node share that node's NICs (``per_node`` of them each with
+    ``nic_per_gpu``): groups of the same kind run concurrently on every GPU of a node, so this is the NIC share of
+    each concurrent collective. ``per_gpu``: one GPU's own NIC (point-to-point transfers).
+    """
     nv = system.node.nvlink_bandwidth * calib.nvlink_efficiency
     if not place.crosses_nodes:
         return nv, system.node.nvlink_latency
@@ -116,7 +118,7 @@ def collective_time(collective: Collective, nbytes: float, place: Placement, sys
     if n <= 1 or nbytes <= 0:
         return 0.0
     if collective == "send_recv":
-        bw, lat = _link(place, system, calib, job_nodes, per_gpu=True)
+        bw, lat = link(place, system, calib, job_nodes, per_gpu=True)
         return lat + nbytes / bw
     if collective == "all_to_all":
         nv = system.node.nvlink_bandwidth * calib.nvlink_efficiency
@@ -128,15 +130,11 @@ def collective_time(collective: Collective, nbytes: float, place: Placement, sys
             inter = (n - place.per_node) / n * nbytes / nic
             lat = system.network.latency
         return (n - 1) * lat + max(intra, inter)
-    bw, lat = _link(place, system, calib, job_nodes)
-    if collective in ("all_gather", "reduce_scatter"):
-        return (n - 1) * lat + (n - 1) / n * nbytes / bw
-    # all-reduce
-    transfer = 2 * (n - 1) / n * nbytes / bw
-    ring = 2 * (n - 1) * lat + transfer
-    tree = 2 * math.ceil(math.log2(n)) * lat + transfer
-    if algorithm == "ring":
-        return ring
-    if algorithm == "tree":
-        return tree
-    return min(ring, tree)
+    return collective_seconds(collective, nbytes, nccl_links(place, system, calib, job_nodes), algorithm)
+
+
+def nccl_links(place: Placement, system: System, calib: Calibration, job_nodes: int = 1) -> Links:
+    """The NCCL model's view of a group: ranks, nodes, Simple-protocol bus bandwidth and step latencies."""
+    bw, _ = link(place, system, calib, job_nodes)
+    return Links(place.size, place.nodes, bw, system.node.nvlink_latency, system.network.latency,
+                 system.has_nvls and not place.crosses_nodes)

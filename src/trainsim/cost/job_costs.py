@@ -20,7 +20,8 @@ from trainsim.cost.comm import Placement, collective_time, placements_of
 from trainsim.cost.compute import op_time
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
 from trainsim.workload.memory import stage_parameters
-from trainsim.workload.ops import Collective, CommOp, ComputeOp
+from trainsim.workload.ops import Collective, CommOp, ComputeOp, exposed_time, overlap_target
+from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
 if TYPE_CHECKING:
@@ -163,31 +164,28 @@ class StageCost:
 
 
 def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_comm_overlap: bool,
-               recompute_comm: bool = True) -> BlockCost:
+               recompute_comm: bool = True, split_backward: bool = False) -> BlockCost:
     c = model.compute
-    fwd_times = {op.name: c(op) for op in work.fwd}
-    bwd_times = {op.name: c(op) for op in work.bwd}
+    fwd_ops = {op.name: op for op in work.fwd}
+    # a split-backward schedule runs the weight gradients later: collectives cannot hide behind them
+    bwd_ops = {op.name: op for op in work.bwd if not (split_backward and op.is_weight_grad)}
+    times = {op: c(op) for op in (*work.fwd, *work.bwd)}
     fwd = sum(c(op) for op in work.fwd)
     re = sum(c(op) for op in work.recompute)
-    bwd = sum(c(op) for op in work.bwd) + re
-    wgrad = sum(t for name, t in bwd_times.items() if name.endswith("_wgrad"))
+    bwd = sum(times[op] for op in work.bwd) + re
+    wgrad = sum(times[op] for op in work.bwd if op.is_weight_grad)
     measured = sum(c(op) for op in (*work.fwd, *work.bwd, *work.recompute) if model.is_measured(op))
     out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
     slow = model.calibration.overlap_slowdown
 
-    def account(ops: tuple[CommOp, ...], times: dict[str, float], backward: bool) -> None:
+    def account(ops: tuple[CommOp, ...], pass_ops: dict[str, ComputeOp], backward: bool) -> None:
         for op in ops:
             t = model.collective(op, places.get(op.group, places["tp"]))
             out.comm += t
             if model.is_measured(op):
                 out.comm_measured += t
-            hidden_by = times.get(op.hide_behind, 0.0) if op.hide_behind else 0.0
-            can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
-            if can_hide and hidden_by > 0:
-                exposed = max(0.0, t - hidden_by)
-                penalty = slow * min(t, hidden_by)
-            else:
-                exposed, penalty = t, 0.0
+            target, can_hide = overlap_target(op, pass_ops, tp_comm_overlap)
+            exposed, penalty = exposed_time(t, times[target] if target is not None else 0.0, can_hide, slow)
             out.exposed[op.group] = out.exposed.get(op.group, 0.0) + exposed
             if backward:
                 out.exposed_bwd += exposed
@@ -196,10 +194,10 @@ def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_co
                 out.exposed_fwd += exposed
                 out.overlap_penalty_fwd += penalty
 
-    account(work.comm_fwd, fwd_times, backward=False)
-    account(work.comm_bwd, bwd_times, backward=True)
+    account(work.comm_fwd, fwd_ops, backward=False)
+    account(work.comm_bwd, bwd_ops, backward=True)
     if recompute_comm and work.comm_recompute:
-        account(work.comm_recompute, fwd_times, backward=True)
+        account(work.comm_recompute, fwd_ops, backward=True)
     return out
 
 
@@ -225,6 +223,62 @@ def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param
     return full * one + tail, one
 
 
+@dataclass(frozen=True, slots=True)
+class Zero3Comm:
+    """Per-layer ZeRO-3 / FSDP collectives of one micro-batch (per-micro-batch gathering only)."""
+
+    gather: float  # s, one layer's parameter all-gather (all its collectives)
+    reduce: float  # s, one layer's gradient reduce-scatter
+    prefetch_depth: int
+    gather_in_backward: bool  # resharded after forward: gathered again for the backward pass
+
+
+def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params: float,
+                     layers: int) -> Zero3Comm | None:
+    """One layer's all-gather and reduce-scatter under per-micro-batch ZeRO-3 (``None`` otherwise).
+
+    A layer's gather is ``collectives_per_layer`` collectives of equal size; each pays the ring latency of the whole
+    data-parallel group (:mod:`trainsim.cost.nccl`), which grows with the group.
+    """
+    sh = sharding_of(job)
+    if not sh.per_microbatch_gather or sh.shards <= 1:
+        return None
+    k = sh.collectives_per_layer
+    per_layer = stage_params / max(layers, 1)
+    ag = k * model.collective(CommOp("zero3_gather", "all_gather", "dp_cp", "fwd", per_layer * sh.param_bytes / k),
+                              place)
+    rs = k * model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd",
+                                     per_layer * sh.grad_reduce_bytes / k), place)
+    return Zero3Comm(ag, rs, sh.prefetch_depth, sh.reshard_after_forward)
+
+
+def zero3_pass_times(layers: int, f: float, b: float, c: Zero3Comm) -> tuple[float, float]:
+    """(forward, backward) time of ``layers`` uniform layers of ``f``/``b`` seconds under per-layer ZeRO-3 traffic.
+
+    The gathers and reduce-scatters queue on one data-parallel stream. With prefetching (depth ≥ 1) the first
+    gather and the last reduce-scatter are exposed and the rest overlaps compute unless the stream is the
+    bottleneck; without prefetching every gather precedes its layer.
+    """
+    ag, rs = c.gather, c.reduce
+    bwd_ag = ag if c.gather_in_backward else 0.0
+    if c.prefetch_depth >= 1:
+        fwd = max(layers * f + ag, layers * ag + f)
+        bwd = max(bwd_ag + layers * b + rs, layers * (bwd_ag + rs) + b)
+    else:
+        fwd = layers * (ag + f)
+        bwd = max(layers * (bwd_ag + b) + rs, layers * (bwd_ag + rs) + b)
+    return fwd, bwd
+
+
+def zero3_overhead(layers: int, f: float, b: float, c: Zero3Comm, slowdown: float) -> float:
+    """Seconds per micro-batch the ZeRO-3 traffic adds to ``layers`` layers, with the slowdown of overlapped compute."""
+    fwd, bwd = zero3_pass_times(layers, f, b, c)
+    bwd_comm = layers * ((c.gather if c.gather_in_backward else 0.0) + c.reduce)
+    hidden = 0.0 if c.prefetch_depth < 1 else min(layers * f, layers * c.gather)
+    hidden += min(layers * b, bwd_comm)
+    return (fwd - layers * f) + (bwd - layers * b) + slowdown * hidden
+
+
 def default_cost_model(job: Job, calibration: Calibration | None = None) -> AnalyticCostModel:
     """The analytic cost model for ``job``'s system (calibrated for its GPU generation)."""
     calib = calibration or calibration_for(job.system.gpu.generation)
@@ -245,11 +299,13 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         if kind not in blocks:
             moe, mode = kind
             sh = shard if mode == shard.recompute else dataclasses.replace(shard, recompute=mode)
-            blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap)
+            blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap,
+                                      split_backward=split)
         return blocks[kind]
 
-    emb = _time_work(embedding_work(job.model, shard), model, places, overlap)
-    head = _time_work(head_work(job.model, shard), model, places, overlap)
+    split = job.pipeline.split_backward
+    emb = _time_work(embedding_work(job.model, shard), model, places, overlap, split_backward=split)
+    head = _time_work(head_work(job.model, shard), model, places, overlap, split_backward=split)
     empty = BlockCost()
 
     e = 4.0 if tr.precision == "fp32" else 2.0
@@ -259,46 +315,40 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         # scatter/gather optimisation: each TP rank sends 1/tp, then an all-gather inside the node
         p2p += model.collective(CommOp("pp_gather", "all_gather", "tp", "fwd", act * par.tp), places["tp"])
 
-    shards = job.dp * par.cp
-    grad_bytes_pp = 4.0 if tr.grads_in_fp32 else 2.0
+    sh = sharding_of(job)
+    shards = sh.shards
+    grad_bytes_pp = sh.grad_reduce_bytes
     bucket_params = ddp_bucket_params(job)
+    dp_place = places["dp_cp"]
+    slow = model.calibration.overlap_slowdown
     stages = []
     for s, layers in enumerate(job.layers_per_stage):
         body = BlockCost()
         for kind, count in stage_layer_counts(job, s).items():
             body = body + block(kind).scaled(count)
         params = stage_parameters(job, s)
-        grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
-        dp_place = places["dp_cp"]
-
-        if tr.zero_stage >= 3:  # FSDP reduce-scatters each layer's gradients during backward (zero3_exposed)
-            grad_sync = grad_bucket = 0.0
-        else:
-            grad_sync, grad_bucket = _bucketed(model, grad_kind, params, grad_bytes_pp, bucket_params, dp_place)
-        gather = bucket_gather = 0.0
-        if 1 <= tr.zero_stage <= 2:
-            gather, bucket_gather = _bucketed(model, "all_gather", params, e, bucket_params, dp_place)
+        grad_sync = grad_bucket = gather = bucket_gather = 0.0
+        if sh.reduce_per_step:
+            grad_sync, grad_bucket = _bucketed(model, sh.grad_collective, params, grad_bytes_pp, bucket_params,
+                                               dp_place)
+        if sh.gather_per_step:
+            gather, bucket_gather = _bucketed(model, "all_gather", params, sh.param_bytes, bucket_params, dp_place)
         emb_sync = 0.0
-        tied_copy = par.pp > 1 and not job.model.untie_embeddings_and_output_weights
-        if tied_copy and s in (0, par.pp - 1):
+        tied_copy = job.head_stage != 0 and not job.model.untie_embeddings_and_output_weights
+        if tied_copy and s in (0, job.head_stage):
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
                                                v_h * grad_bytes_pp), places["embedding"])
         local = params / shards if tr.zero_stage >= 1 else params
         opt = model.optimizer_step(local)
         zero3 = 0.0
-        if tr.zero_stage >= 3 and shards > 1:
-            per_layer = params / max(layers, 1) * e
-            ag = model.collective(CommOp("zero3_gather", "all_gather", "dp_cp", "fwd", per_layer), dp_place)
-            rs = model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd", per_layer * 2), dp_place)
-            per_layer_fwd = body.fwd / max(layers, 1)
-            per_layer_bwd = body.bwd / max(layers, 1)
-            slow = model.calibration.overlap_slowdown  # compute under the prefetched gathers runs slower
-            zero3 = layers * (max(0.0, ag - per_layer_fwd) + max(0.0, ag + rs - per_layer_bwd)
-                              + slow * (min(ag, per_layer_fwd) + min(ag + rs, per_layer_bwd)))
+        comm = zero3_layer_comm(job, model, dp_place, params, layers)
+        if comm is not None:
+            n = max(layers, 1)
+            zero3 = zero3_overhead(n, body.fwd / n, body.bwd / n, comm, slow)
         stages.append(StageCost(
             stage=s, layers=layers, body=body,
-            pre=emb if s == 0 else empty, post=head if s == par.pp - 1 else empty,
+            pre=emb if s == 0 else empty, post=head if s == job.head_stage else empty,
             p2p=p2p, grad_sync=grad_sync, grad_bucket=grad_bucket, param_gather=gather, param_bucket=bucket_gather,
             embedding_sync=emb_sync, optimizer=opt, zero3_exposed=zero3,
         ))

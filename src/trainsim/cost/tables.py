@@ -65,6 +65,7 @@ from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement
 from trainsim.cost.job_costs import AnalyticCostModel
 from trainsim.errors import TrainsimError
+from trainsim.io.atomic import atomic_path
 from trainsim.workload.ops import CommOp, ComputeOp
 
 if TYPE_CHECKING:
@@ -212,7 +213,8 @@ def write_table(df: pd.DataFrame, path: str | Path, kind: str) -> Path:
     meta[META_VERSION] = str(SCHEMA_VERSION).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table.replace_schema_metadata(meta), path)
+        with atomic_path(path) as tmp:
+            pq.write_table(table.replace_schema_metadata(meta), tmp)
     except OSError as exc:
         raise TrainsimError("out", f"cannot write {path} ({exc})", "choose a writable path") from None
     return path

@@ -28,6 +28,7 @@ from trainsim.engine.timeline import Timeline
 from trainsim.errors import TrainsimError
 from trainsim.estimate import Estimate
 from trainsim.graph.build import Kind
+from trainsim.io.atomic import atomic_path, write_text_atomic
 from trainsim.spec.job import Job
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "op_trace",
     "simulate",
     "simulate_job",
+    "simulate_job_timeline",
     "write_memory_timeline",
     "write_trace",
 ]
@@ -70,10 +72,11 @@ def write_memory_timeline(stages: list[StageMemoryTimeline], path: str | os.Path
         import pandas as pd
 
         frames = [pd.DataFrame({"stage": s.stage, "t_s": s.times_s, "bytes": s.bytes}) for s in stages]
-        pd.concat(frames, ignore_index=True).to_csv(p, index=False)
+        with atomic_path(p) as tmp:
+            pd.concat(frames, ignore_index=True).to_csv(tmp, index=False)
     else:
-        p.write_text(json.dumps({"unit": "bytes, seconds from the start of the step",
-                                 "stages": [s.as_dict(series=True) for s in stages]}, allow_nan=False))
+        write_text_atomic(p, json.dumps({"unit": "bytes, seconds from the start of the step",
+                                         "stages": [s.as_dict(series=True) for s in stages]}, allow_nan=False))
     return p
 
 
@@ -94,14 +97,33 @@ def _engine_info(tl: Timeline) -> dict[str, Any]:
     }
 
 
-def simulate_job(job: Job, cost_model: CostModel | None = None, *,
-                 slow_rank: Any = None, slow_stage: Any = None, slow_link: Any = None, seq_len_cv: float = 0.0,
-                 seed: int = 0, steps: int = 1, link_sharing: bool = True,
-                 trace: str | os.PathLike[str] | None = None, trace_detail: str = "auto",
-                 memory_timeline: bool | str | os.PathLike[str] = False,
-                 export_ops: str | os.PathLike[str] | None = None,
-                 export_meta: str | os.PathLike[str] | None = None) -> tuple[Estimate, dict[str, Any]]:
-    """Simulate ``job`` and return its :class:`Estimate` and the extra fields of the prediction.
+def check_event_size(job: Job, steps: int) -> None:
+    """Refuse event simulations too large to finish (micro-batches × pipeline chunks × steps, see spec.limits)."""
+    from trainsim.spec.limits import MAX_EVENT_UNITS
+
+    if not isinstance(steps, int) or steps < 1:
+        raise TrainsimError("steps", f"must be a positive integer (got {steps!r})", "give --steps 1 or more")
+    units = job.num_microbatches * job.parallelism.pp * job.parallelism.vpp * steps
+    if units > MAX_EVENT_UNITS:
+        raise TrainsimError(
+            "engine", f"the event engine would simulate {units:,} micro-batch stage steps (limit {MAX_EVENT_UNITS:,})",
+            "use --engine analytic, fewer --steps, or a larger --micro-batch-size")
+
+
+def simulate_job(job: Job, cost_model: CostModel | None = None, **options: Any) -> tuple[Estimate, dict[str, Any]]:
+    """Simulate ``job`` and return its :class:`Estimate` and the extra fields of the prediction (the options of
+    :func:`simulate_job_timeline`)."""
+    est, extra, _ = simulate_job_timeline(job, cost_model, **options)
+    return est, extra
+
+
+def simulate_job_timeline(
+        job: Job, cost_model: CostModel | None = None, *, slow_rank: Any = None, slow_stage: Any = None,
+        slow_link: Any = None, seq_len_cv: float = 0.0, seed: int = 0, steps: int = 1, link_sharing: bool = True,
+        trace: str | os.PathLike[str] | None = None, trace_detail: str = "auto",
+        memory_timeline: bool | str | os.PathLike[str] = False, export_ops: str | os.PathLike[str] | None = None,
+        export_meta: str | os.PathLike[str] | None = None) -> tuple[Estimate, dict[str, Any], Timeline]:
+    """Simulate ``job`` and return its :class:`Estimate`, the extra fields of the prediction and the timeline.
 
     ``slow_rank``/``slow_stage``/``slow_link``: ``{key: factor}`` or ``["KEY=FACTOR", ...]``; ``seq_len_cv`` and
     ``seed``: sequence-length variation; ``steps``: steps simulated (and exported). Files: ``trace`` (Chrome/
@@ -111,6 +133,7 @@ def simulate_job(job: Job, cost_model: CostModel | None = None, *,
     if export_meta is not None and export_ops is None:
         raise TrainsimError("export_meta", "needs --export-ops (the trace the metadata describes)",
                             "add --export-ops ops.parquet")
+    check_event_size(job, steps)
     model = cost_model or default_cost_model(job)
     tl = simulate(job, model, slow_rank=slow_rank, slow_stage=slow_stage, slow_link=slow_link, seq_len_cv=seq_len_cv,
                   seed=seed, steps=steps, link_sharing=link_sharing)
@@ -151,4 +174,4 @@ def simulate_job(job: Job, cost_model: CostModel | None = None, *,
     if export_ops is not None:
         tp, mp, rows = export_op_trace(tl, export_ops, export_meta)
         extra["op_trace"] = {"trace": str(tp), "meta": str(mp), "rows": rows, "steps": tl.steps}
-    return est, extra
+    return est, extra, tl

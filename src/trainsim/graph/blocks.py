@@ -22,15 +22,15 @@ that feeds the analytic estimator.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trainsim.cost.comm import Placement
+from trainsim.cost.job_costs import Zero3Comm, zero3_layer_comm
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work
-from trainsim.workload.ops import CommOp, ComputeOp
+from trainsim.workload.ops import CommOp, ComputeOp, Role, overlap_target
 
 if TYPE_CHECKING:
     from trainsim.cost.job_costs import CostModel
@@ -107,11 +107,11 @@ def _add(a: Mapping[str, float], b: Mapping[str, float], k: float = 1.0) -> dict
     return out
 
 
-def _root(name: str) -> str:
-    for suffix in ("_dgrad", "_wgrad", "_grad"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+def _root(op: ComputeOp) -> str:
+    """The forward op a backward op belongs to (its ``grad_of``, else the ``_grad`` naming convention)."""
+    if op.grad_of:
+        return op.grad_of
+    return op.name[:-5] if op.name.endswith("_grad") else op.name
 
 
 def backward_order(fwd: Iterable[ComputeOp], bwd: Iterable[ComputeOp]) -> list[ComputeOp]:
@@ -126,8 +126,8 @@ def backward_order(fwd: Iterable[ComputeOp], bwd: Iterable[ComputeOp]) -> list[C
 
     def key(item: tuple[int, ComputeOp]) -> tuple[int, int, int]:
         i, op = item
-        pos = position.get(_root(op.name), -1)
-        return (-pos if pos >= 0 else 1, 1 if op.name.endswith("_wgrad") else 0, i)
+        pos = position.get(_root(op), -1)
+        return (-pos if pos >= 0 else 1, 1 if op.is_weight_grad else 0, i)
 
     return [op for _, op in sorted(enumerate(ops), key=key)]
 
@@ -162,27 +162,35 @@ class _Comm:
 
 
 def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostModel,
-                 places: Mapping[str, Placement], tp_comm_overlap: bool) -> BlockTime:
-    """Simulate compute ops and their collectives on the compute and comm streams (see module docstring)."""
+                 places: Mapping[str, Placement], tp_comm_overlap: bool,
+                 moved: Mapping[str, ComputeOp] | None = None) -> BlockTime:
+    """Simulate compute ops and their collectives on the compute and comm streams (see module docstring).
+
+    Which collective hides behind which op follows :func:`~trainsim.workload.ops.overlap_target` (the rule the
+    analytic costs use); ``moved``: weight gradients of this pass that a split-backward schedule runs later."""
+    moved = moved or {}
     slow = model.calibration.overlap_slowdown
     names = {op.name: i for i, op in reversed(list(enumerate(compute)))}
+    by_name = {op.name: op for op in reversed(compute)}
+    input_grad_of = {op.grad_of: i for i, op in reversed(list(enumerate(compute)))
+                     if op.grad_of and op.role is Role.INPUT_GRAD}
     comms: list[_Comm] = []
     for op in comm:
         place = places.get(op.group, places["tp"])
         t = model.collective(op, place)
         if t <= 0.0:
             continue
-        can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
-        target = op.hide_behind if op.hide_behind in names else ""
-        if target and can_hide:
-            anchor, mode = names[target], "with"
-        elif target:
-            anchor, mode = names[target], "before" if op.collective == "all_gather" else "after"
+        target, can_hide = overlap_target(op, by_name, tp_comm_overlap)
+        gone = moved.get(op.hide_behind)  # its weight-gradient target moved to the W action
+        if target is not None and can_hide:
+            anchor, mode = names[target.name], "with"
+        elif target is not None:
+            anchor, mode = names[target.name], "before" if op.collective == "all_gather" else "after"
         elif op.name in ANCHORS and ANCHORS[op.name][0] in names:
             name, mode = ANCHORS[op.name]
             anchor = names[name]
-        elif op.hide_behind.endswith("_wgrad") and op.hide_behind[:-6] + "_dgrad" in names:
-            anchor, mode = names[op.hide_behind[:-6] + "_dgrad"], "after"
+        elif gone is not None and gone.grad_of in input_grad_of:  # right after the same GEMM's input gradient
+            anchor, mode = input_grad_of[gone.grad_of], "after"
         else:
             anchor, mode = max(len(compute) - 1, 0), "after"
         comms.append(_Comm(op, t, anchor, mode, place.crosses_nodes))
@@ -231,7 +239,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
         slices.append(Slice(COMPUTE, op.name, t, end))
         compute_busy += end - t
         slowdown += (end - t) - w
-        if _root(op.name) in QUADRATIC_OPS or op.kind == "attention":
+        if _root(op) in QUADRATIC_OPS or op.kind == "attention":
             quadratic += w
         t = end
         for ce, c in sorted(waits, key=lambda x: x[0]):
@@ -321,19 +329,22 @@ class BlockLibrary:
         self._chunks: dict[tuple[object, ...], ChunkTemplate] = {}
 
     # ---- blocks ---------------------------------------------------------------------------------------------------
-    def _simulate(self, ops: list[ComputeOp], comm: Iterable[CommOp]) -> BlockTime:
-        return simulate_ops(ops, comm, self.model, self.places, self.tp_comm_overlap)
+    def _simulate(self, ops: list[ComputeOp], comm: Iterable[CommOp],
+                  moved: Mapping[str, ComputeOp] | None = None) -> BlockTime:
+        return simulate_ops(ops, comm, self.model, self.places, self.tp_comm_overlap, moved)
 
     def _work_block(self, work: Work, kind: str, split: bool) -> BlockTime:
         if kind == "F":
             return self._simulate(list(work.fwd), work.comm_fwd)
         bwd = backward_order(work.fwd, work.bwd)
         if kind == "W":
-            return self._simulate([op for op in bwd if op.name.endswith("_wgrad")], ())
+            return self._simulate([op for op in bwd if op.is_weight_grad], ())
+        moved: dict[str, ComputeOp] = {}
         if split:
-            bwd = [op for op in bwd if not op.name.endswith("_wgrad")]
+            moved = {op.name: op for op in bwd if op.is_weight_grad}
+            bwd = [op for op in bwd if not op.is_weight_grad]
         re = self._simulate(list(work.recompute), work.comm_recompute) if work.recompute else BlockTime()
-        return re.then(self._simulate(bwd, work.comm_bwd))
+        return re.then(self._simulate(bwd, work.comm_bwd, moved))
 
     def layer(self, kind: str, moe: bool, recompute: str, split: bool = False) -> BlockTime:
         """One transformer layer: ``kind`` F, B (recompute included) or W; ``split``: B without weight gradients."""
@@ -359,12 +370,12 @@ class BlockLibrary:
 
     # ---- chunks ---------------------------------------------------------------------------------------------------
     def chunk(self, kind: str, layers: tuple[tuple[bool, str], ...], first: bool, last: bool, split: bool,
-              zero3: tuple[float, float] | None = None) -> ChunkTemplate:
+              zero3: Zero3Comm | None = None) -> ChunkTemplate:
         """Template of one action over a model chunk.
 
         ``layers``: (is MoE, recompute mode) of each layer in forward order; ``first``/``last``: the chunk holds the
-        embedding / the head; ``zero3``: seconds of one layer's parameter all-gather and gradient reduce-scatter on
-        the data-parallel stream (ZeRO-3), or ``None``.
+        embedding / the head; ``zero3``: one layer's parameter all-gather and gradient reduce-scatter on the
+        data-parallel stream, with the prefetch depth (per-micro-batch ZeRO-3 / FSDP), or ``None``.
         """
         key = (kind, layers, first, last, split, zero3)
         if key in self._chunks:
@@ -398,9 +409,11 @@ class BlockLibrary:
         self._chunks[key] = tmpl
         return tmpl
 
-    def _zero3_chunk(self, kind: str, segments: tuple[Segment, ...], zero3: tuple[float, float]) -> ChunkTemplate:
-        """Chunk with ZeRO-3 per-layer gathers (prefetched one layer ahead) and, in backward, reduce-scatters."""
-        ag, rs = zero3
+    def _zero3_chunk(self, kind: str, segments: tuple[Segment, ...], zero3: Zero3Comm) -> ChunkTemplate:
+        """Chunk with ZeRO-3 per-layer gathers (``prefetch_depth`` layers ahead) and, in backward, reduce-scatters."""
+        ag, rs = zero3.gather, zero3.reduce
+        gathers = kind == "F" or zero3.gather_in_backward
+        depth = zero3.prefetch_depth
         slow = self.model.calibration.overlap_slowdown
         crosses = self.places["dp_cp"].crosses_nodes
         blocks = [(seg.block, seg.label != "embedding" and seg.label != "head")
@@ -420,23 +433,28 @@ class BlockLibrary:
             comm_dp += dur
             return dpfree
 
-        # the parameters of layer i are gathered while layer i-1 runs (the first one up front); the embedding and
-        # the head are sharded with the layers' gathers (as the analytic model counts them)
+        # the parameters of layer i are gathered when layer i-depth starts (the first depth+1 up front with
+        # prefetching); the embedding and the head are sharded with the layers' gathers (as the analytic model
+        # counts them)
         layer_idx = [i for i, (_, is_layer) in enumerate(blocks) if is_layer]
         ready = dict.fromkeys(range(n), 0.0)
-        if layer_idx:
+        issued = 0
+        if gathers and layer_idx and depth >= 1:
             ready[layer_idx[0]] = issue("zero3_param_gather", ag, 0.0)
-        nxt = dict(itertools.pairwise(layer_idx))
+            issued = 1
         t = 0.0
         offsets: list[float] = []
         stall = slowdown = 0.0
         for i, (b, is_layer) in enumerate(blocks):
+            if gathers and is_layer:
+                pos = layer_idx.index(i)
+                while issued < len(layer_idx) and issued <= pos + depth:
+                    ready[layer_idx[issued]] = issue("zero3_param_gather", ag, t)
+                    issued += 1
             if ready[i] > t:
                 stall += ready[i] - t
                 t = ready[i]
             offsets.append(t)
-            if i in nxt:
-                ready[nxt[i]] = issue("zero3_param_gather", ag, t)
             end = _progress(t, b.duration, sorted(busy), slow)
             slowdown += end - t - b.duration
             t = end
@@ -456,19 +474,9 @@ class BlockLibrary:
 
 
 def zero3_costs(job: Job, model: CostModel, places: Mapping[str, Placement], stage_params: float,
-                layers: int) -> tuple[float, float] | None:
-    """ZeRO-3 per-layer (all-gather, reduce-scatter) seconds, as :func:`trainsim.cost.job_costs.stage_costs` prices
-    them, or ``None`` when parameters are not sharded."""
-    tr = job.training
-    shards = job.dp * job.parallelism.cp
-    if tr.zero_stage < 3 or shards <= 1:
-        return None
-    e = 4.0 if tr.precision == "fp32" else 2.0
-    per_layer = stage_params / max(layers, 1) * e
-    place = places["dp_cp"]
-    ag = model.collective(CommOp("zero3_gather", "all_gather", "dp_cp", "fwd", per_layer), place)
-    rs = model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd", per_layer * 2), place)
-    return ag, rs
+                layers: int) -> Zero3Comm | None:
+    """Per-layer ZeRO-3 traffic as :func:`trainsim.cost.job_costs.zero3_layer_comm` prices it, or ``None``."""
+    return zero3_layer_comm(job, model, places["dp_cp"], stage_params, layers)
 
 
 def ceil_div(a: float, b: float) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from trainsim.errors import TrainsimError
+from trainsim.io.atomic import atomic_path
 
 _REQUIRED = ("pid", "tid", "name", "ts_s", "dur_s")
 _RESERVED = (*_REQUIRED, "cat")
@@ -195,11 +196,12 @@ def write_chrome_trace(
     p_out = Path(path)
     p_out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(doc, separators=(",", ":"))
-    if p_out.name.endswith(".gz"):
-        with gzip.open(p_out, "wt", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        p_out.write_text(text)
+    with atomic_path(p_out) as tmp:
+        if p_out.name.endswith(".gz"):
+            with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            tmp.write_text(text)
     return ChromeTraceInfo(events=len(out), trimmed=n_trimmed, extra_threads=len(extra))
 
 

@@ -29,6 +29,8 @@ import pandas as pd
 import yaml
 
 from trainsim.errors import TrainsimError
+from trainsim.io.atomic import atomic_path, write_text_atomic
+from trainsim.spec.limits import MAX_OP_SECONDS
 
 # ------------------------------------------------------------------------------------------------------------
 # Operation types
@@ -237,7 +239,7 @@ def read_meta(path: str | os.PathLike[str]) -> TraceMeta:
 
 def write_meta(meta: TraceMeta, path: str | os.PathLike[str]) -> None:
     """Write job metadata as ``meta-<J>.yaml`` (the released layout)."""
-    Path(path).write_text(yaml.safe_dump(meta.to_dict(), sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(meta.to_dict(), sort_keys=False))
 
 
 def meta_path_beside(trace_path: str | os.PathLike[str]) -> Path:
@@ -362,6 +364,21 @@ def validate_op_trace(df: pd.DataFrame, meta: TraceMeta | None = None, source: s
             f"negative durations at {_rows(bad)}",
             "durations are end - start in seconds and must be >= 0",
         )
+    bad = out.index[dur > MAX_OP_SECONDS]
+    if len(bad):
+        raise TrainsimError(
+            f"{source}.duration",
+            f"durations over {MAX_OP_SECONDS:g} s at {_rows(bad)}",
+            "durations are in seconds (not ms, µs or ns); repair those rows",
+        )
+    start = out["start_ts"].to_numpy()
+    span = (pd.Series(start + dur).groupby(out["step"]).max() - pd.Series(start).groupby(out["step"]).min())
+    if len(span) and float(span.max()) > MAX_OP_SECONDS:
+        raise TrainsimError(
+            f"{source}.start_ts",
+            f"step {span.idxmax()} spans {float(span.max()):.3g} s (over {MAX_OP_SECONDS:g} s)",
+            "start times are in seconds (not ms, µs or ns) and one step lasts less than a day",
+        )
     known = set(OPTYPES)
     unknown_mask = ~out["optype"].isin(known).to_numpy()
     if unknown_mask.any():
@@ -479,7 +496,8 @@ def write_op_trace(
             table[c] = vals.astype(_fit_int(vals, dt))
     Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
     Path(meta_path).parent.mkdir(parents=True, exist_ok=True)
-    table.to_parquet(trace_path, index=False)
+    with atomic_path(trace_path) as tmp:
+        table.to_parquet(tmp, index=False)
     write_meta(m, meta_path)
 
 
@@ -515,6 +533,10 @@ def validate_rich_trace(df: pd.DataFrame, source: str = "trace") -> pd.DataFrame
     bad = out.index[out["end_ns"].to_numpy() < out["start_ns"].to_numpy()]
     if len(bad):
         raise TrainsimError(f"{source}.end_ns", f"end before start at {_rows(bad)}", "end_ns must be >= start_ns")
+    bad = out.index[(out["end_ns"].to_numpy() - out["start_ns"].to_numpy()) > MAX_OP_SECONDS * 1e9]
+    if len(bad):
+        raise TrainsimError(f"{source}.end_ns", f"operations longer than {MAX_OP_SECONDS:g} s at {_rows(bad)}",
+                            "timestamps are integer nanoseconds; repair those rows")
     unknown = ~out["optype"].isin(set(OPTYPES)).to_numpy()
     if unknown.any():
         raise TrainsimError(
@@ -585,7 +607,8 @@ def write_rich_trace(df: pd.DataFrame, meta: TraceMeta | Mapping[str, Any], path
     schema_meta = dict(table.schema.metadata or {})
     schema_meta[RICH_META_KEY] = json.dumps(m.to_dict()).encode()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table.replace_schema_metadata(schema_meta), path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table.replace_schema_metadata(schema_meta), tmp)
 
 
 def rich_to_released(df: pd.DataFrame, tp_rank: int = 0, cp_rank: int = 0, ep_rank: int = 0) -> pd.DataFrame:

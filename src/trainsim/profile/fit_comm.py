@@ -214,6 +214,7 @@ def fit_comm(tables: Sequence[str | Path | pd.DataFrame], system: System,
         out.fits.append(joint)
         for coll in sorted(rows["collective"].unique()):
             out.fits.append(_fit(rows[rows["collective"] == coll], tier, str(coll), system, calib))
-        if tier == "nvlink":  # the network tier's all-to-all and NVLink hops use the fitted NVLink efficiency
+        if tier == "nvlink":  # the network tier's all-to-all and NVLink steps use the fitted NVLink constants
             calib = calib.with_(nvlink_efficiency=joint.efficiency)
+            system = _with_latency(system, "nvlink", joint.latency_s)
     return out

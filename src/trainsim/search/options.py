@@ -110,6 +110,7 @@ def space_from_options(values: dict[str, Any], others: str = "open", sp: str | N
 
         training = Training(**training.model_dump())  # validate the deferred settings' own values
     return SearchSpace(model=probe.model, system=probe.system, training=training, others=others,
+                       framework=probe.framework,
                        first_stage_layers=split.get("first_stage_layers"),
                        last_stage_layers=split.get("last_stage_layers"), **dims)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
+from trainsim.io.atomic import atomic_path
 
 if TYPE_CHECKING:
     from trainsim.search.result import SearchResult
@@ -106,6 +107,7 @@ def plot_search(result: SearchResult, path: str | Path, x: str | None = None, co
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
     return path

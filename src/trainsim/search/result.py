@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainsim.errors import TrainsimError
 from trainsim.estimate import BREAKDOWN_KEYS
+from trainsim.io.atomic import atomic_path, write_text_atomic
 from trainsim.search.evaluate import Candidate
 from trainsim.search.objectives import meets_deadline
 from trainsim.search.refine import Refinement
@@ -165,11 +166,13 @@ class SearchResult:
         if suffix == ".json":
             import json
 
-            path.write_text(json.dumps(self.to_json_dict(top), indent=2, allow_nan=False) + "\n")
+            write_text_atomic(path, json.dumps(self.to_json_dict(top), indent=2, allow_nan=False) + "\n")
         elif suffix == ".csv":
-            self.to_dataframe().to_csv(path, index=False)
+            with atomic_path(path) as tmp:
+                self.to_dataframe().to_csv(tmp, index=False)
         elif suffix in (".parquet", ".pq"):
-            self.to_dataframe().to_parquet(path, index=False)
+            with atomic_path(path) as tmp:
+                self.to_dataframe().to_parquet(tmp, index=False)
         else:
             raise TrainsimError("output", f"unknown file type {path.name!r}", "use .json, .csv or .parquet")
         return path

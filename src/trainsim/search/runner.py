@@ -55,7 +55,7 @@ def search(space: SearchSpace, *, objective: str | None = None, deadline_days: f
     enum = enumerate_space(space)
     t_enum = time.perf_counter() - t0
     ctx = EvalContext(space.model, space.system, space.training, space.first_stage_layers, space.last_stage_layers,
-                      price, train_tokens, include_unfit, calibration)
+                      price, train_tokens, include_unfit, calibration, framework=space.framework)
 
     owns = not isinstance(backend, Backend)
     if isinstance(backend, Backend):

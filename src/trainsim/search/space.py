@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainsim.errors import TrainsimError, TrainsimWarning
+from trainsim.schedule import SCHEDULE_NAMES, default_schedule, get_schedule, searched_schedules
 from trainsim.spec.base import Spec
+from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import DEFAULT_RANK_ORDER, Parallelism
@@ -53,10 +55,10 @@ DIMENSIONS: tuple[str, ...] = (
     "sequence_parallel", "rank_order",
 )
 INT_DIMENSIONS = frozenset({"num_gpus", "tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "zero_stage"})
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
-#: Open schedule domain with vpp = 1: GPipe is left out (same bubble as 1F1B, every micro-batch in flight; Megatron-LM
-#: does not implement it) — list it explicitly to include it.
-OPEN_SCHEDULES = ("1f1b", "zb-h1")
+SCHEDULES = SCHEDULE_NAMES
+#: Open schedule domain with vpp = 1 (from the registry's ``searched`` flags): GPipe is left out (same bubble as 1F1B,
+#: every micro-batch in flight; Megatron-LM does not implement it) — list it explicitly to include it.
+OPEN_SCHEDULES = searched_schedules(1)
 #: Open context parallelism keeps at least this many tokens of each sequence per rank (list larger cp explicitly).
 MIN_TOKENS_PER_CP_RANK = 1024
 RECOMPUTE = ("none", "selective", "full")
@@ -86,6 +88,10 @@ class CandidateSpec(NamedTuple):
     rank_order: str
 
 
+#: Values one arithmetic range may expand to (a typo such as 1:100000000 is refused instead of running for hours).
+MAX_RANGE_VALUES = 4096
+
+
 # ---- parsing ---------------------------------------------------------------------------------------------------------
 def _int_item(item: str, dim: str) -> list[int]:
     text = item.strip()
@@ -95,6 +101,10 @@ def _int_item(item: str, dim: str) -> list[int]:
         step = int(m.group(3)) if m.group(3) else 1
         if step <= 0 or a > b:
             raise TrainsimError(dim, f"empty or backward range {text!r}", "use a:b:step with a ≤ b and step > 0")
+        count = (b - a) // step + 1
+        if count > MAX_RANGE_VALUES:
+            raise TrainsimError(dim, f"range {text!r} has {count:,} values (limit {MAX_RANGE_VALUES:,})",
+                                "use a larger step or a doubling range a..b")
         return list(range(a, b + 1, step))
     m = _DOUBLING.match(text)
     if m:
@@ -222,6 +232,24 @@ class SearchSpace(Spec):
     sequence_parallel: Any = None
     rank_order: Any = None
     others: Literal["open", "default"] = "open"
+    framework: Framework = Field(default_factory=load_framework)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stack(cls, data: Any) -> Any:
+        """Resolve the framework and the training fields it decides (as a job does), once for every candidate."""
+        if not isinstance(data, dict) or data.get("training") is None:
+            return data
+        from trainsim.spec.job import resolve_stack
+
+        model = data.get("model")
+        if isinstance(model, str):
+            from trainsim.spec.presets import load_model
+
+            model = load_model(model)
+        resolved = resolve_stack({"model": model, "training": data["training"],
+                                  "framework": data.get("framework")})
+        return {**data, "model": model, "training": resolved["training"], "framework": resolved["framework"]}
 
     @field_validator("model", mode="before")
     @classmethod
@@ -426,17 +454,16 @@ class _Enumerator:
         return tuple(divisors(self.layers // pp))
 
     def schedule_values(self, pp: int, vpp: int) -> tuple[str, ...]:
-        listed = self.given("schedule", "interleaved" if vpp > 1 else "1f1b")
+        listed = self.given("schedule", default_schedule(vpp))
         if listed is not None:
             if pp == 1:  # without pipeline parallelism every schedule runs the same micro-batch loop
-                mapped = tuple(dict.fromkeys("1f1b" if s != "interleaved" else s for s in listed))
+                mapped = tuple(dict.fromkeys(s if get_schedule(s).interleaves else default_schedule(1)
+                                             for s in listed))
                 return mapped
             return listed
         if pp == 1:
-            return ("1f1b",)
-        if vpp > 1:
-            return ("interleaved",)
-        return OPEN_SCHEDULES
+            return (default_schedule(1),)
+        return searched_schedules(vpp)
 
     def mbs_values(self, dp: int) -> tuple[int, ...]:
         listed = self.given("micro_batch_size", self.tr.micro_batch_size)
@@ -464,8 +491,8 @@ class _Enumerator:
             base = (0, 1, 2, 3)
         if dp * cp == 1:  # nothing to shard over: stages 1 and 2 equal 0, stage 3 only adds gathered layers
             base = base[:1]
-        if pp > 1:
-            base = tuple(z for z in base if z <= 1)
+        if pp > 1:  # ZeRO-2 does not combine with pipelining; ZeRO-3 does, FSDP-style (gathered once per step)
+            base = tuple(z for z in base if z != 2)
         return base
 
     def sp_values(self, tp: int) -> tuple[bool, ...]:
@@ -550,7 +577,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
         try:
             with warnings.catch_warnings():  # warnings are counted per candidate, below
                 warnings.simplefilter("ignore", TrainsimWarning)
-                probe = Job(model=model, system=system, training=probe_training, num_gpus=n,
+                probe = Job(model=model, system=system, training=probe_training, num_gpus=n, framework=space.framework,
                             parallelism=Parallelism(tp=tp, pp=pp, cp=cp, dp=dp_given, first_stage_layers=first,
                                                     last_stage_layers=last))
         except TrainsimError as err:
@@ -564,8 +591,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
             open_vpp = en.given("vpp", 1) is None
             for (vpp, schedule), mbs, recompute, zero, sp in itertools.product(
                     pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp)):
-                if vpp > 1 and open_vpp and (en.gbs // (mbs * dp)) % pp:
-                    continue  # interleaving needs micro-batches divisible by pp: not an open value for this mbs
+                if open_vpp and not get_schedule(schedule).accepts_microbatches(pp, en.gbs // (mbs * dp)):
+                    continue  # e.g. interleaving needs micro-batches divisible by pp: not an open value for this mbs
                 if (recompute == "selective" and "none" in recompute_values
                         and en.selective_is_none(probe, tp, cp, ep, sp, mbs)):
                     out.equivalent += per_combination
@@ -577,7 +604,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                                      "zero_stage": zero})
                     with warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always", TrainsimWarning)
-                        Job(model=model, system=system, parallelism=par, training=tr, num_gpus=world)
+                        Job(model=model, system=system, parallelism=par, training=tr, num_gpus=world,
+                            framework=space.framework)
                 except TrainsimError as err:
                     skip(err, per_combination)
                     continue
@@ -592,9 +620,11 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
 
 def build_job(model: Model, system: System, training: Training, spec: CandidateSpec,
               first_stage_layers: int | None = None, last_stage_layers: int | None = None,
-              validate: bool = True) -> Job:
+              validate: bool = True, framework: Framework | None = None) -> Job:
     """The :class:`Job` of one candidate; ``validate=False`` skips validation (for candidates that came out of
-    :func:`enumerate_space`, which validated every one of them)."""
+    :func:`enumerate_space`, which validated every one of them; ``training`` must then be resolved, as
+    :class:`SearchSpace` keeps it)."""
+    fw = framework or load_framework()
     fields = {"tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "ep": spec.ep, "dp": spec.dp,
               "sequence_parallel": spec.sequence_parallel, "schedule": spec.schedule, "rank_order": spec.rank_order,
               "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
@@ -603,8 +633,8 @@ def build_job(model: Model, system: System, training: Training, spec: CandidateS
     if not validate:
         par = Parallelism.model_construct(**fields)
         return Job.model_construct(model=model, system=system, parallelism=par, training=tr,
-                                   num_gpus=spec.num_gpus)
+                                   num_gpus=spec.num_gpus, framework=fw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainsimWarning)
         return Job(model=model, system=system, parallelism=Parallelism(**fields), training=tr,
-                   num_gpus=spec.num_gpus)
+                   num_gpus=spec.num_gpus, framework=fw)

@@ -1,5 +1,6 @@
 """Job specification: model, system, parallelism, training, and the job that ties them together."""
 
+from trainsim.spec.framework import Framework, list_frameworks, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism
@@ -9,6 +10,7 @@ from trainsim.spec.training import Training
 
 __all__ = [
     "GPU",
+    "Framework",
     "Job",
     "Model",
     "Network",
@@ -17,8 +19,10 @@ __all__ = [
     "PeakFlops",
     "System",
     "Training",
+    "list_frameworks",
     "list_models",
     "list_systems",
+    "load_framework",
     "load_model",
     "load_system",
 ]

@@ -37,13 +37,21 @@ def to_trainsim_error(exc: ValidationError, prefix: str = "") -> TrainsimError:
     shown = repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
+    ctx = err.get("ctx") or {}
+    if kind in ("less_than_equal", "less_than"):
+        limit = ctx.get("le", ctx.get("lt"))
+        return TrainsimError(field, f"{msg} (got {shown})",
+                             f"give a realistic value (at most {limit:,}; limits in trainsim.spec.limits)"
+                             if isinstance(limit, int | float) else "give a realistic value")
+    if kind == "finite_number":
+        return TrainsimError(field, f"must be a finite number (got {shown})", "give a finite value")
     return TrainsimError(field, f"{msg} (got {shown})", "give a valid value")
 
 
 class Spec(BaseModel):
     """Frozen pydantic model whose validation errors are :class:`TrainsimError`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
     def __init__(self, /, **data: Any) -> None:
         try:
@@ -57,6 +65,7 @@ class Spec(BaseModel):
 
 
 def _spec_prefix(cls: type) -> str:
-    return {"Model": "model", "System": "system", "Parallelism": "parallelism", "Training": "training"}.get(
+    return {"Model": "model", "System": "system", "Parallelism": "parallelism", "Training": "training",
+            "Framework": "framework"}.get(
         cls.__name__, ""
     )

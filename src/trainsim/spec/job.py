@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
+from trainsim.schedule import default_schedule, get_schedule
 from trainsim.spec.base import Spec
+from trainsim.spec.framework import DEFAULT_FRAMEWORK, Framework, load_framework
+from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism, Schedule
+from trainsim.spec.pipeline_split import virtual_stage_layers
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
+
+if TYPE_CHECKING:
+    from trainsim.schedule import PipelineSchedule
 
 
 class Job(Spec):
     """Everything needed to predict one training job.
 
     Either ``num_gpus`` or ``parallelism.dp`` (or both, then they must agree) fixes the data-parallel size.
+    ``framework`` is the software stack: a preset name (``"nemo"``, ``"hf-transformers@4.x"``), a profile YAML
+    path, a :class:`~trainsim.spec.framework.Framework`, or a mapping ``{"name": preset, field: override...}``;
+    default ``megatron-core``. The job stores the *resolved* profile: training fields left ``None`` take the
+    profile's values, fields the training sets override the profile, and both agree afterwards.
     Every inconsistency raises :class:`~trainsim.errors.TrainsimError` naming the field and the fix.
     """
 
@@ -25,7 +37,15 @@ class Job(Spec):
     system: System
     parallelism: Parallelism = Field(default_factory=Parallelism)
     training: Training
-    num_gpus: int | None = Field(default=None, gt=0)
+    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
+    framework: Framework = Field(default_factory=lambda: load_framework(DEFAULT_FRAMEWORK))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_framework(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return resolve_stack(data)
 
     @model_validator(mode="after")
     def _validate(self) -> Job:
@@ -66,7 +86,17 @@ class Job(Spec):
         par = self.parallelism
         if par.schedule is not None:
             return par.schedule
-        return "interleaved" if par.vpp > 1 else "1f1b"
+        return default_schedule(par.vpp)
+
+    @cached_property
+    def pipeline(self) -> PipelineSchedule:
+        """The pipeline schedule object (order, placement, memory, closed form)."""
+        return get_schedule(self.schedule)
+
+    @cached_property
+    def head_stage(self) -> int:
+        """Pipeline rank holding the LM head (the last rank, or rank 0 for V-shaped schedules)."""
+        return self.pipeline.head_stage(self.parallelism.pp, self.parallelism.vpp)
 
     @property
     def num_microbatches(self) -> int:
@@ -84,9 +114,25 @@ class Job(Spec):
         return self.parallelism.sequence_parallel and self.parallelism.tp > 1
 
     @cached_property
+    def virtual_stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers of every virtual stage (model chunk), indexed ``chunk·pp + rank``."""
+        return virtual_stage_layers(self.model.num_layers, self.parallelism)
+
+    @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:
         """Transformer layers held by each pipeline rank (all its virtual stages together)."""
-        return stage_layers(self.model.num_layers, self.parallelism)
+        vsl, pp = self.virtual_stage_layers, self.parallelism.pp
+        return tuple(sum(vsl[r::pp]) for r in range(pp))
+
+    @property
+    def attention_path(self) -> str:
+        """Core-attention path in effect: ``flash``, ``unfused`` (fused softmax kernel) or ``eager``."""
+        return self.training.attention or "flash"
+
+    @property
+    def dp_engine(self) -> str:
+        """The data-parallel engine running this job (the profile's, by ZeRO stage)."""
+        return self.framework.engine_for(self.training.zero_stage or 0)
 
     @property
     def num_nodes(self) -> int:
@@ -94,23 +140,91 @@ class Job(Spec):
         return -(-self.world_size // self.system.gpus_per_node)
 
 
+_ALIAS_BACKEND = {"flash": "flash", "unfused": "local", "eager": "local"}
+
+
+def _framework_of(value: Any) -> Framework:
+    if value is None or isinstance(value, (str, Framework)):
+        return load_framework(value)
+    if isinstance(value, dict):
+        data = dict(value)
+        base = load_framework(data.pop("name", None) or DEFAULT_FRAMEWORK)
+        return base.replace(**data) if data else base
+    raise TrainsimError("framework", f"cannot use {type(value).__name__} as a framework",
+                        "give a preset name, a profile YAML path, a Framework or a mapping")
+
+
+def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
+    """Resolve the framework of a job's input mapping and fill the training fields it decides.
+
+    Explicit training values override the profile (``attention`` selects the attention backend, the overlap flags
+    and ``grad_reduce_in_fp32`` the profile's fields); ``None`` ones take the profile's value. Conditional features
+    of the profile switch off where the plan cannot use them (parameter-gather overlap without a distributed
+    optimizer, TP-communication overlap without sequence parallelism); an explicit request is checked by
+    :func:`validate_job` instead.
+    """
+    fw = _framework_of(data.get("framework"))
+    tr_in = data.get("training")
+    par_in = data.get("parallelism")
+    if tr_in is None:
+        return {**data, "framework": fw}
+    training = tr_in if isinstance(tr_in, Training) else Training(**tr_in)
+    par = par_in if isinstance(par_in, Parallelism) else Parallelism(**(par_in or {}))
+    over: dict[str, Any] = {}
+    if training.attention is not None:
+        over["attention_backend"] = _ALIAS_BACKEND[training.attention]
+        if training.attention != "flash":
+            over["masked_softmax_fusion"] = training.attention == "unfused"
+    zero = training.zero_stage if training.zero_stage is not None else fw.default_zero_stage
+    sp = par.sequence_parallel and par.tp > 1
+    ogr = training.overlap_grad_reduce if training.overlap_grad_reduce is not None else fw.overlap_grad_reduce
+    opg = training.overlap_param_gather
+    if opg is None:
+        opg = fw.overlap_param_gather and zero >= 1
+    elif opg and zero == 0 and fw.overlap_param_gather:
+        opg = False  # the profile's default, carried by a copied training, does not apply without sharding
+    tpo = training.tp_comm_overlap
+    if tpo is None:
+        tpo = fw.tp_comm_overlap and sp
+    elif tpo and not sp and fw.tp_comm_overlap:
+        tpo = False  # likewise: the profile's TP overlap needs sequence parallelism with tp > 1
+    grads32 = training.grad_reduce_in_fp32
+    if grads32 is None:
+        grads32 = fw.grad_reduce_dtype == "fp32" and training.precision != "fp16"
+    over.update(overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
+                grad_reduce_dtype="fp32" if grads32 else "param")
+    changed = {k: v for k, v in over.items() if getattr(fw, k) != v}
+    if changed:
+        fw = fw.replace(**changed)
+    seq = training.seq_length or _model_seq(data.get("model"))
+    heads = _model_heads(data.get("model"))
+    path = fw.attention_path(seq, training.micro_batch_size * (heads // max(par.tp, 1))) if seq and heads else (
+        "flash" if fw.attention_backend in ("flash", "fused") else "unfused")
+    training = training.replace(zero_stage=zero, overlap_grad_reduce=ogr, overlap_param_gather=opg,
+                                tp_comm_overlap=tpo, grad_reduce_in_fp32=grads32, attention=path)
+    return {**data, "framework": fw, "training": training}
+
+
+def _model_seq(model: Any) -> int | None:
+    if isinstance(model, Model):
+        return model.seq_length
+    if isinstance(model, dict):
+        return model.get("seq_length")
+    return None
+
+
+def _model_heads(model: Any) -> int | None:
+    if isinstance(model, Model):
+        return model.num_attention_heads
+    if isinstance(model, dict):
+        return model.get("num_attention_heads")
+    return None
+
+
 def stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
-    """Split layers over pipeline ranks, honouring explicit first/last stage sizes."""
-    pp = par.pp
-    layout = par.virtual_stage_layers
-    if layout is not None:
-        return tuple(sum(layout[c * pp + s] for c in range(len(layout) // pp)) for s in range(pp))
-    first, last = par.first_stage_layers, par.last_stage_layers
-    if first is None and last is None:
-        return (num_layers // pp,) * pp
-    if pp == 1:
-        return (num_layers,)
-    fixed = {0: first, pp - 1: last}
-    given = {i: v for i, v in fixed.items() if v is not None}
-    rest = num_layers - sum(given.values())
-    middle = pp - len(given)
-    each = rest // middle if middle else 0
-    return tuple(given.get(i, each) for i in range(pp))
+    """Layers of each pipeline rank (all its virtual stages): see :mod:`trainsim.spec.pipeline_split`."""
+    vsl = virtual_stage_layers(num_layers, par)
+    return tuple(sum(vsl[r::par.pp]) for r in range(par.pp))
 
 
 def validate_job(job: Job) -> None:
@@ -171,58 +285,11 @@ def validate_job(job: Job) -> None:
     # pipeline
     if vpp > 1 and pp == 1:
         raise TrainsimError("parallelism.vpp", "virtual stages need pipeline parallelism", "use pp > 1 or vpp 1")
-    schedule = job.schedule
-    if schedule == "interleaved" and vpp == 1:
-        raise TrainsimError(
-            "parallelism.schedule", "the interleaved schedule needs vpp > 1", "give --vpp (virtual stages per rank)"
-        )
-    if vpp > 1 and schedule != "interleaved":
-        raise TrainsimError(
-            "parallelism.schedule",
-            f"vpp = {vpp} needs the interleaved schedule, not {schedule}",
-            "use --schedule interleaved or leave --schedule out",
-        )
-    explicit = par.first_stage_layers is not None or par.last_stage_layers is not None
-    layout = par.virtual_stage_layers
-    if layout is not None:
-        if explicit:
-            raise TrainsimError("parallelism.pipeline_layout", "given together with first/last stage layers",
-                                "give either --pipeline-model-parallel-layout or the first/last stage sizes")
-        if len(layout) != pp * vpp:
-            raise TrainsimError(
-                "parallelism.pipeline_layout",
-                f"has {len(layout)} virtual stages but pp·vpp = {pp}·{vpp} = {pp * vpp}",
-                "give one '|'-separated entry per virtual stage",
-            )
-        if sum(layout) != m.num_layers:
-            raise TrainsimError(
-                "parallelism.pipeline_layout",
-                f"places {sum(layout)} transformer layers (t) but the model has {m.num_layers}",
-                "put every layer in exactly one virtual stage",
-            )
-    elif explicit:
-        if vpp > 1:
-            raise TrainsimError(
-                "parallelism.first_stage_layers",
-                "uneven first/last stages are only supported without virtual stages",
-                "use vpp 1 or an even split",
-            )
-        given = [v for v in (par.first_stage_layers, par.last_stage_layers) if v is not None]
-        middle = pp - len(given)
-        rest = m.num_layers - sum(given)
-        if pp == 1 or rest < 0 or (middle == 0 and rest != 0) or (middle and (rest % middle or rest == 0)):
-            raise TrainsimError(
-                "parallelism.first_stage_layers",
-                f"cannot split {m.num_layers} layers over {pp} stages with first/last = "
-                f"{par.first_stage_layers}/{par.last_stage_layers}",
-                "the remaining layers must divide evenly over the other stages",
-            )
-    elif m.num_layers % (pp * vpp):
-        raise TrainsimError(
-            "model.num_layers",
-            f"{m.num_layers} layers are not divisible by pp·vpp = {pp}·{vpp} = {pp * vpp}",
-            "change pp/vpp, or give --decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers",
-        )
+    vsl = virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
+    if job.pipeline.v_shape and len(set(vsl)) > 1:
+        raise TrainsimError("parallelism.pipeline_layout",
+                            f"the V-shaped {job.schedule} schedule needs the same layers in every virtual stage",
+                            "use an even split (no first/last stage sizes, layout or --account-for-*)")
     # batch
     mbs, gbs = tr.micro_batch_size, tr.global_batch_size
     if gbs % (mbs * dp):
@@ -232,12 +299,7 @@ def validate_job(job: Job) -> None:
             "make the global batch a multiple of mbs·dp",
         )
     microbatches = gbs // (mbs * dp)
-    if schedule == "interleaved" and microbatches % pp:
-        raise TrainsimError(
-            "training.global_batch_size",
-            f"the interleaved schedule needs micro-batches per pipeline ({microbatches}) divisible by pp = {pp}",
-            "make gbs/(mbs·dp) a multiple of pp, or use the non-interleaved 1f1b schedule",
-        )
+    job.pipeline.check(pp, microbatches, vpp)
     # sequence / context parallelism
     seq = job.seq_length
     if cp > 1 and m.causal and seq % (2 * cp):
@@ -269,11 +331,14 @@ def validate_job(job: Job) -> None:
             "TP communication overlap needs sequence parallelism with tp > 1",
             "add --sequence-parallel (and tp > 1), or drop --tp-comm-overlap",
         )
-    if tr.zero_stage >= 2 and pp > 1:
+    check_framework(job)
+    if tr.zero_stage == 2 and pp > 1:
         raise TrainsimError(
             "training.zero_stage",
-            f"ZeRO stage {tr.zero_stage} with pipeline parallelism (pp = {pp}) is not supported by the frameworks",
-            "use --zero-stage 1 (distributed optimizer) with pp > 1, or pp = 1",
+            f"ZeRO stage 2 with pipeline parallelism (pp = {pp}) is not supported by the frameworks (gradients "
+            "accumulate over the micro-batches)",
+            "use --zero-stage 1 (distributed optimizer) or 3 (FSDP-style: parameters gathered once per step) "
+            "with pp > 1",
         )
     if tr.precision == "fp8" and sysm.gpu.peak_flops.fp8 is None:
         raise TrainsimError(
@@ -293,3 +358,30 @@ def validate_job(job: Job) -> None:
             f"sequence {seq} exceeds the model's {m.seq_length} learned positions",
             "use a shorter sequence or a model with rotary positions",
         )
+
+
+def check_framework(job: Job) -> None:
+    """Feasibility rules of the job's software stack (what the profile's engines offer)."""
+    fw, par, tr = job.framework, job.parallelism, job.training
+    zero = tr.zero_stage or 0
+    name = fw.label
+    if zero > fw.max_zero_stage:
+        raise TrainsimError("training.zero_stage", f"ZeRO stage {zero} is not offered by {name} "
+                            f"(at most {fw.max_zero_stage})",
+                            f"use --zero-stage {fw.max_zero_stage} or lower, or another --framework")
+    if par.pp > 1 and fw.pipeline_engine == "none":
+        raise TrainsimError("parallelism.pp", f"{name} has no pipeline engine", "use pp 1 or another --framework")
+    if par.pp > 1 and zero > fw.max_zero_stage_with_pp:
+        engine = {"deepspeed": "the DeepSpeed pipeline engine"}.get(fw.pipeline_engine, f"{name}")
+        raise TrainsimError("training.zero_stage",
+                            f"ZeRO stage {zero} with pipeline parallelism (pp = {par.pp}) is refused by {engine}",
+                            f"use --zero-stage {fw.max_zero_stage_with_pp} or lower with pp > 1, pp = 1, or a "
+                            "framework whose sharding composes with pipelining (torchtitan)")
+    if par.vpp > 1 and not fw.interleaved_schedule:
+        raise TrainsimError("parallelism.vpp", f"{name}'s pipeline engine has no virtual stages",
+                            "use vpp 1 or another --framework")
+    for axis, size, ok in (("tp", par.tp, fw.supports_tp), ("cp", par.cp, fw.supports_cp),
+                           ("ep", par.ep, fw.supports_ep)):
+        if size > 1 and not ok:
+            raise TrainsimError(f"parallelism.{axis}", f"{name} offers no {axis.upper()} parallelism",
+                                f"use {axis} 1 or another --framework (e.g. megatron-core, torchtitan)")

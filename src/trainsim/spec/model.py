@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
 def megatron_swiglu_ffn(hidden_size: int) -> int:
@@ -29,15 +30,16 @@ class Model(Spec):
     """
 
     name: str = "custom"
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_query_groups: int | None = Field(default=None, gt=0)
-    kv_channels: int | None = Field(default=None, gt=0)
-    ffn_hidden_size: int | None = Field(default=None, gt=0)
-    vocab_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
+    num_attention_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_query_groups: int | None = Field(default=None, gt=0, le=MAX_HEADS)
+    kv_channels: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
     make_vocab_size_divisible_by: int = Field(default=128, gt=0)
-    seq_length: int = Field(default=2048, gt=0, description="default/maximum training sequence length")
+    seq_length: int = Field(default=2048, gt=0, le=MAX_SEQ_LENGTH,
+                            description="default/maximum training sequence length")
     swiglu: bool = False
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     untie_embeddings_and_output_weights: bool = False
@@ -53,25 +55,28 @@ class Model(Spec):
     # Local attention on some layers: a sliding window (GPT-OSS, Mistral) or chunked attention (Llama 4). Megatron's
     # --window-size / --window-attn-skip-freq: every ``local_attention_skip_freq``-th layer (1-based) stays global.
     local_attention: Literal["none", "sliding", "chunked"] = "none"
-    local_attention_size: int | None = Field(default=None, gt=0, description="window or chunk length (tokens)")
+    local_attention_size: int | None = Field(default=None, gt=0, le=MAX_SEQ_LENGTH,
+                                             description="window or chunk length (tokens)")
     local_attention_skip_freq: int | None = Field(default=None, gt=0,
                                                   description="every n-th layer is global; None: all layers local")
     # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2); Megatron's --multi-latent-attention and its sizes.
     multi_latent_attention: bool = False
-    q_lora_rank: int | None = Field(default=None, gt=0, description="query compression rank (None: no q down-proj)")
-    kv_lora_rank: int = Field(default=512, gt=0)
+    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH,
+                                    description="query compression rank (None: no q down-proj)")
+    kv_lora_rank: int = Field(default=512, gt=0, le=MAX_WIDTH)
     qk_head_dim: int = Field(default=128, gt=0, description="MLA: per-head query/key dim without RoPE")
     qk_pos_emb_head_dim: int = Field(default=64, gt=0, description="MLA: decoupled RoPE dim per head")
     v_head_dim: int = Field(default=128, gt=0, description="MLA: per-head value dim")
     # Mixture of experts (num_experts None or 0: dense).
-    num_experts: int | None = Field(default=None, ge=0)
-    moe_router_topk: int = Field(default=2, gt=0)
-    moe_ffn_hidden_size: int | None = Field(default=None, gt=0)
-    moe_shared_expert_intermediate_size: int | None = Field(default=None, ge=0)
-    moe_layer_freq: int = Field(default=1, gt=0, description="every k-th layer is an MoE layer")
+    num_experts: int | None = Field(default=None, ge=0, le=MAX_EXPERTS)
+    moe_router_topk: int = Field(default=2, gt=0, le=MAX_EXPERTS)
+    moe_ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    moe_shared_expert_intermediate_size: int | None = Field(default=None, ge=0, le=MAX_WIDTH)
+    moe_layer_freq: int = Field(default=1, gt=0, le=MAX_LAYERS, description="every k-th layer is an MoE layer")
     moe_layer_offset: int = Field(default=0, ge=0,
                                   description="MoE layers are those with index % moe_layer_freq == offset")
-    moe_first_k_dense: int = Field(default=0, ge=0, description="the first k layers are dense (DeepSeek)")
+    moe_first_k_dense: int = Field(default=0, ge=0, le=MAX_LAYERS,
+                                   description="the first k layers are dense (DeepSeek)")
     moe_shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen2-MoE)")
     moe_router_bias: bool = Field(default=False, description="the router linear has a bias (GPT-OSS)")
     moe_expert_capacity_factor: float | None = Field(
@@ -83,7 +88,8 @@ class Model(Spec):
     moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "aux_loss"
     moe_router_enable_expert_bias: bool = Field(default=False,
                                                 description="auxiliary-loss-free balancing with a per-expert bias")
-    mtp_num_layers: int = Field(default=0, ge=0, description="multi-token prediction depth (DeepSeek-V3 MTP)")
+    mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS,
+                                description="multi-token prediction depth (DeepSeek-V3 MTP)")
     source: str | None = None
 
     @model_validator(mode="after")

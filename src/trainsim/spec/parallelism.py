@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
+from trainsim.schedule import SCHEDULE_NAMES
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
 
-Schedule = Literal["1f1b", "gpipe", "interleaved", "zb-h1"]
+if TYPE_CHECKING:
+    Schedule = str
+else:  # the registered schedule names (trainsim.schedule.SCHEDULES)
+    Schedule = Literal[SCHEDULE_NAMES]
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 
@@ -20,26 +25,31 @@ class Parallelism(Spec):
     ``dp`` may be left ``None`` and is then derived from the GPU count. ``rank_order`` lists the dimensions from the
     fastest-varying (adjacent global ranks) to the slowest, as Megatron's ``tp-cp-ep-dp-pp`` default: with it,
     tensor-parallel ranks share a node. ``first_stage_layers``/``last_stage_layers`` give an uneven split
-    (Megatron's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``).
+    (Megatron's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``), also with virtual
+    stages; ``account_for_embedding_in_pipeline_split``/``account_for_loss_in_pipeline_split`` count the embedding
+    and the loss as a layer of the first/last virtual stage, and ``pipeline_layout`` places every layer explicitly
+    (``--pipeline-model-parallel-layout``): see :mod:`trainsim.spec.pipeline_split`.
     """
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    dp: int | None = Field(default=None, gt=0)
+    tp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    pp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    vpp: int = Field(default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
+    cp: int = Field(default=1, gt=0, le=MAX_GPUS)
+    ep: int = Field(default=1, gt=0, le=MAX_GPUS)
+    dp: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     sequence_parallel: bool = False
     schedule: Schedule | None = Field(default=None, description="None: interleaved when vpp > 1, else 1f1b")
     rank_order: str = DEFAULT_RANK_ORDER
-    first_stage_layers: int | None = Field(default=None, ge=0)
-    last_stage_layers: int | None = Field(default=None, ge=0)
+    first_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
+    last_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
     pipeline_layout: str | None = Field(
         default=None,
         description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29m|L': virtual stages separated by "
                     "'|' in virtual-stage order, t a transformer layer, E the embedding, m the MTP layers, L the loss",
     )
-    etp: int | None = Field(default=None, gt=0,
+    etp: int | None = Field(default=None, gt=0, le=MAX_GPUS,
                             description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); "
                                         "None: equal to tp")
 

@@ -13,7 +13,8 @@ import yaml
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.model import Model
-from trainsim.spec.system import System, system_from_dict
+from trainsim.spec.system import System
+from trainsim.spec.system_file import system_from_file_data
 
 _PRESETS = resources.files("trainsim") / "presets"
 
@@ -85,12 +86,12 @@ def _system_from_yaml_text(text: str, origin: str) -> System:
         message = f"cannot parse {origin} as YAML ({exc})".replace("\n", " ")
         raise TrainsimError("system", message, "fix the file") from None
     if not isinstance(data, dict):
-        raise TrainsimError("system", f"{origin} is not a mapping", "see the preset files for the format")
-    if "price_per_gpu_hour" not in data:
-        price = default_price(str((data.get("gpu") or {}).get("name", "")))
+        raise TrainsimError("system", f"{origin} is not a mapping", "see docs/systems.md for the format")
+    if "price_per_gpu_hour" not in data and isinstance(data.get("gpu"), dict):
+        price = default_price(str(data["gpu"].get("name", "")))
         if price is not None:
             data = {**data, "price_per_gpu_hour": price}
-    return system_from_dict(data)
+    return system_from_file_data(data, origin=origin)
 
 
 @cache

@@ -12,8 +12,12 @@ from pydantic import Field
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.limits import MAX_NODE_GPUS, MAX_PRICE
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+#: GPU generations with fitted calibration constants, and ``default`` (the documented uncalibrated constants).
+Generation = Literal["ampere", "hopper", "blackwell", "default"]
+GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "default")
 
 
 class PeakFlops(Spec):
@@ -39,7 +43,7 @@ class GPU(Spec):
     """One accelerator."""
 
     name: str
-    generation: str = Field(description="calibration key, e.g. ampere, hopper, blackwell")
+    generation: Generation = Field(description="calibration key: ampere, hopper, blackwell or default")
     peak_flops: PeakFlops
     vector_flops: float = Field(gt=0, description="non-tensor-core FP32 FLOP/s")
     hbm_bandwidth: float = Field(gt=0, description="bytes/s")
@@ -50,17 +54,24 @@ class GPU(Spec):
 class Node(Spec):
     """GPUs joined by NVLink/NVSwitch: a server, or a rack-scale NVLink domain such as NVL72."""
 
-    gpus_per_node: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
     nvlink_bandwidth: float = Field(gt=0, description="bytes/s per GPU per direction")
-    nvlink_latency: float = Field(default=3e-6, ge=0, description="s")
+    nvlink_latency: float = Field(
+        default=3.4e-6, ge=0, description="s, one NCCL ring step over NVLink with the Simple protocol (NCCL's 3.4 µs)"
+    )
+    nvlink_sharp: bool | None = Field(
+        default=None, description="NVLink SHARP (NVLS) in the switches; None: Hopper or newer with NVSwitch (> 2 GPUs)"
+    )
 
 
 class Network(Spec):
     """Scale-out network between nodes."""
 
-    nics_per_node: int = Field(gt=0)
+    nics_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
     nic_bandwidth: float = Field(gt=0, description="bytes/s per NIC per direction")
-    latency: float = Field(default=8e-6, ge=0, description="s")
+    latency: float = Field(
+        default=14e-6, ge=0, description="s, one NCCL ring step across nodes with the Simple protocol (NCCL's 14 µs)"
+    )
     oversubscription: float = Field(default=1.0, ge=1.0, description="bandwidth divisor above full_bisection_nodes")
     full_bisection_nodes: int | None = Field(
         default=None, gt=0, description="largest job (in nodes) with full bisection bandwidth; None: always"
@@ -74,13 +85,20 @@ class System(Spec):
     gpu: GPU
     node: Node
     network: Network
-    price_per_gpu_hour: float = Field(default=2.0, ge=0, description="USD")
+    price_per_gpu_hour: float = Field(default=2.0, ge=0, le=MAX_PRICE, description="USD")
     source: str | None = None
 
     @property
     def gpus_per_node(self) -> int:
         """GPUs per NVLink domain."""
         return self.node.gpus_per_node
+
+    @property
+    def has_nvls(self) -> bool:
+        """Whether all-reduces inside a node can use NVLink SHARP (NCCL's NVLS algorithm)."""
+        if self.node.nvlink_sharp is not None:
+            return self.node.nvlink_sharp
+        return self.gpu.generation in ("hopper", "blackwell") and self.node.gpus_per_node > 2
 
     def nic_bandwidth_per_gpu(self, num_nodes: int = 1) -> float:
         """Scale-out bandwidth available to one GPU (bytes/s per direction), with oversubscription applied."""
@@ -92,72 +110,12 @@ class System(Spec):
 
 
 # ---- conversion from the readable preset format -------------------------------------------------------------------
-_TERA = 1e12
-_GIGA = 1e9
-
-
 def system_from_dict(data: dict[str, Any], name: str | None = None) -> System:
     """Build a :class:`System` from the readable YAML format of ``presets/systems/*.yaml``.
 
-    Units in that format: ``peak_tflops`` (TFLOP/s), ``vector_tflops``, ``hbm_bandwidth_tbps`` (TB/s),
-    ``hbm_capacity_gb`` (GB = 1e9 bytes), ``nvlink_bandwidth_gbps`` (GB/s per GPU per direction),
-    ``nic_bandwidth_gbps`` (Gb/s per NIC), latencies in µs, ``price_per_gpu_hour`` in USD.
+    The format is a strict schema with the unit in every key (see :mod:`trainsim.spec.system_file` and
+    ``docs/systems.md``); unknown keys and unknown GPU generations are errors.
     """
-    try:
-        g = data["gpu"]
-        n = data["node"]
-        w = data["network"]
-    except (KeyError, TypeError) as exc:
-        raise TrainsimError(
-            f"system.{exc.args[0] if exc.args else 'gpu'}",
-            "section missing",
-            "a system file needs gpu:, node: and network: sections (see trainsim presets --systems)",
-        ) from None
-    if not all(isinstance(x, dict) for x in (g, n, w)):
-        raise TrainsimError("system", "gpu, node and network must be mappings", "see presets/systems/*.yaml")
-    peak = g.get("peak_tflops") or {}
-    if not isinstance(peak, dict):
-        raise TrainsimError("system.gpu.peak_tflops", "must map data types to TFLOP/s", "e.g. {bf16: 989}")
-    nested = {
-        "name": name or data.get("name", "custom"),
-        "price_per_gpu_hour": data.get("price_per_gpu_hour", 2.0),
-        "source": data.get("source"),
-        "gpu": {
-            "name": g.get("name", "gpu"),
-            "generation": g.get("generation", "custom"),
-            "peak_flops": {k: _scaled(v, _TERA) for k, v in peak.items()},
-            "vector_flops": _num(g, "vector_tflops", "system.gpu") * _TERA,
-            "hbm_bandwidth": _num(g, "hbm_bandwidth_tbps", "system.gpu") * _TERA,
-            "hbm_capacity": _num(g, "hbm_capacity_gb", "system.gpu") * _GIGA,
-            "num_sms": g.get("num_sms", 108),
-        },
-        "node": {
-            "gpus_per_node": n.get("gpus_per_node", 8),
-            "nvlink_bandwidth": _num(n, "nvlink_bandwidth_gbps", "system.node") * _GIGA,
-            "nvlink_latency": _scaled(n.get("nvlink_latency_us", 3.0), 1e-6),
-        },
-        "network": {
-            "nics_per_node": w.get("nics_per_node", 8),
-            "nic_bandwidth": _num(w, "nic_bandwidth_gbps", "system.network") * _GIGA / 8,
-            "latency": _scaled(w.get("latency_us", 8.0), 1e-6),
-            "oversubscription": w.get("oversubscription", 1.0),
-            "full_bisection_nodes": w.get("full_bisection_nodes"),
-        },
-    }
-    return System(**nested)
+    from trainsim.spec.system_file import system_from_file_data
 
-
-def _scaled(value: Any, factor: float) -> Any:
-    """Scale a number; leave anything else for validation to reject with the field name."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return value * factor
-    return value
-
-
-def _num(section: dict[str, Any], key: str, path: str) -> float:
-    if key not in section:
-        raise TrainsimError(f"{path}.{key}", "is required", f"add {key} to the system file")
-    value = section[key]
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise TrainsimError(f"{path}.{key}", f"must be a positive number (got {value!r})", "fix the value")
-    return float(value)
+    return system_from_file_data(data, name)

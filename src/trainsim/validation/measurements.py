@@ -1,9 +1,11 @@
 """The published measurements (``trainsim/data/published/measurements.csv``) as jobs with a measured time.
 
-Each row becomes a :class:`~trainsim.spec.job.Job`. Empty cells get the framework default of the row's source,
-chosen here once and documented in :data:`SOURCE_DEFAULTS` and docs/VALIDATION.md:
+Each row becomes a :class:`~trainsim.spec.job.Job` run by the framework profile of its source (``framework`` in
+:data:`SOURCE_DEFAULTS`: the software stack is a fact of the source, not a fitted knob). Empty cells get the
+defaults of the row's source, chosen here once and documented in :data:`SOURCE_DEFAULTS` and docs/VALIDATION.md:
 
-- ``sc21``/``kort`` (Megatron-LM 2021-22 on DGX-A100): unfused core attention (FlashAttention did not exist yet),
+- ``sc21``/``kort`` (Megatron-LM 2021-22 on DGX-A100, profile ``megatron-lm-2021``): core attention on the s²
+  scores with the fused scale-mask-softmax kernel (FlashAttention did not exist yet),
   GELU MLP with biases and dropout, learned positions, tied embeddings, fp16, no distributed optimizer, blocking
   pipeline send/recv (the interleaved schedule's P2P overlap came with Megatron-Core). SC'21 rows
   with ``DDP impl=torch`` overlap the gradient all-reduce with backward (PyTorch DDP buckets); ``impl=local`` does not.
@@ -37,13 +39,13 @@ from trainsim.spec.presets import load_system
 from trainsim.spec.training import Training
 
 SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sc21": {"attention": "unfused", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
+    "sc21": {"framework": "megatron-lm-2021", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
              "overlap_p2p_comm": False},
-    "kort": {"attention": "unfused", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
+    "kort": {"framework": "megatron-lm-2021", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
              "overlap_p2p_comm": False},
-    "mlm24": {"attention": "flash", "precision": "bf16", "zero": 1, "sp": True, "recompute": "none",
+    "mlm24": {"framework": "megatron-core", "precision": "bf16", "zero": 1, "sp": True, "recompute": "none",
               "micro_batch": 1, "overlap_grad_reduce": True, "overlap_param_gather": True, "tp_comm_overlap": True},
-    "nemo2407": {"attention": "flash", "precision": "fp8", "zero": 1, "sp": True, "recompute": "none",
+    "nemo2407": {"framework": "nemo", "precision": "fp8", "zero": 1, "sp": True, "recompute": "none",
                  "overlap_grad_reduce": True, "overlap_param_gather": True, "tp_comm_overlap": True,
                  "grad_reduce_in_fp32": False},
 }
@@ -155,7 +157,7 @@ def row_to_measurement(row: pd.Series) -> Measurement:
         parallelism=Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=int(row["dp"]), sequence_parallel=sp and tp > 1),
         training=Training(
             micro_batch_size=mbs, global_batch_size=int(row["global_batch"]), seq_length=int(row["seq"]),
-            recompute_granularity=recompute, zero_stage=zero, precision=precision, attention=d["attention"],
+            recompute_granularity=recompute, zero_stage=zero, precision=precision,
             overlap_grad_reduce=overlap_grad,
             overlap_param_gather=d.get("overlap_param_gather", False) and zero >= 1,
             tp_comm_overlap=d.get("tp_comm_overlap", False) and sp and tp > 1,
@@ -163,6 +165,7 @@ def row_to_measurement(row: pd.Series) -> Measurement:
             overlap_p2p_comm=d.get("overlap_p2p_comm", True),
         ),
         num_gpus=int(row["num_gpus"]),
+        framework=d["framework"],
     )
     return Measurement(rid, source, job, measured_iteration_time(row, model), notes)
 

@@ -20,6 +20,7 @@ import yaml
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.job_costs import AnalyticCostModel
 from trainsim.estimate import BREAKDOWN_KEYS
+from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, load_measurements
@@ -139,7 +140,7 @@ def write_calibration(report: ValidationReport, path: Path) -> None:
     header = ("# Analytic-model constants per GPU generation, fitted by `trainsim calibrate` on\n"
               "# trainsim/data/published/measurements.csv only (see docs/VALIDATION.md). Constants not listed keep\n"
               "# the documented defaults of trainsim.cost.calibration.Calibration.\n")
-    path.write_text(header + yaml.safe_dump(data, sort_keys=True))
+    write_text_atomic(path, header + yaml.safe_dump(data, sort_keys=True))
 
 
 def _pct(x: float | None) -> str:

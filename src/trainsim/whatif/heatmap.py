@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainsim.io.atomic import atomic_path
+
 if TYPE_CHECKING:  # pragma: no cover
     from trainsim.whatif.result import WhatIfResult
 
@@ -31,6 +33,15 @@ def worker_matrix(result: WhatIfResult) -> tuple[np.ndarray, list[int], list[int
     for dp, st, v in zip(table["dp_rank"], table["stage"], table["worker_slowdown"], strict=True):
         mat[s_pos[int(st)], d_pos[int(dp)]] = v
     return mat, dps, stages
+
+
+def step_worker_matrix(result: WhatIfResult, step: int) -> np.ndarray:
+    """``matrix[stage, dp index]`` of one step's worker slowdowns: ``min(S_dp, S_stage)`` of that step (the same
+    rule as the mean heatmap, on the per-step attributions ``step_by_dp_rank`` and ``step_by_stage``)."""
+    _, dps, stages = worker_matrix(result)
+    by_dp = result.step_by_dp_rank.loc[step, dps].to_numpy(dtype=float)
+    by_stage = result.step_by_stage.loc[step, stages].to_numpy(dtype=float)
+    return np.minimum(by_stage[:, None], by_dp[None, :])
 
 
 def plot_worker_heatmap(
@@ -90,7 +101,8 @@ def plot_worker_heatmap(
     bar = fig.colorbar(image, cax=divider.append_axes("right", size=0.18, pad=0.12))
     bar.set_label("min(S_dp, S_stage)", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    fig.savefig(path, bbox_inches="tight", pad_inches=0.15)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from trainsim.io.atomic import atomic_path, write_text_atomic
 from trainsim.io.traces import TraceMeta
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,6 +138,13 @@ class WhatIfResult:
         """:meth:`to_dict` as JSON text."""
         return json.dumps(self.to_dict(), indent=indent)
 
+    def wasted_gpu_hours(self, steps: float | None = None) -> float:
+        """GPU-hours lost to stragglers: world size × (T(original) − T(ideal)) per step, over the analysed steps
+        (``steps`` None) or over ``steps`` steps at the mean rate (e.g. 1000)."""
+        per_step_s = self.step_time_simulated_s - self.step_time_ideal_s
+        n = len(self.steps) if steps is None else steps
+        return self.meta.world_size * per_step_s * n / 3600.0
+
     def write_heatmap(self, path: str | os.PathLike[str], vmin: float = 1.0, vmax: float = 1.5) -> None:
         """PNG heatmap of worker slowdown, DP rank x stage (see :mod:`trainsim.whatif.heatmap`)."""
         from trainsim.whatif.heatmap import plot_worker_heatmap
@@ -149,7 +157,7 @@ class WhatIfResult:
         out.mkdir(parents=True, exist_ok=True)
         written = []
         p = out / "result.json"
-        p.write_text(self.to_json() + "\n")
+        write_text_atomic(p, self.to_json() + "\n")
         written.append(p)
         for name in (
             "per_step",
@@ -161,7 +169,8 @@ class WhatIfResult:
             "step_by_dp_rank",
         ):
             p = out / f"{name}.csv"
-            getattr(self, name).to_csv(p)
+            with atomic_path(p) as tmp:
+                getattr(self, name).to_csv(tmp)
             written.append(p)
         p = out / "heatmap.png"
         self.write_heatmap(p)

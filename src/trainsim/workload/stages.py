@@ -15,28 +15,20 @@ if TYPE_CHECKING:
 def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
     """Global indices of the transformer layers of model chunk ``chunk`` on ``stage``.
 
-    Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the ``chunk·p + stage``-th block of
-    consecutive layers (``layers / (p·v)`` each unless ``--pipeline-model-parallel-layout`` says otherwise).
+    Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the next block of consecutive layers
+    after virtual stage ``chunk·p + stage − 1`` (block sizes from :attr:`Job.virtual_stage_layers`, uneven with
+    first/last stage sizes, embedding/loss accounting or an explicit layout). V-shaped schedules place chunk 1 of
+    ``stage`` at virtual stage ``2p − 1 − stage`` (they need an even split).
     """
-    return _indices(_layout(job), job.parallelism.pp, job.parallelism.vpp, stage, chunk)
+    return _indices(job.virtual_stage_layers, job.parallelism.pp, job.parallelism.vpp, stage, chunk,
+                    job.pipeline.v_shape)
 
 
-def _layout(job: Job) -> tuple[int, ...]:
-    """Transformer layers of every virtual stage ``chunk·p + stage`` (length p·v): ``--pipeline-model-parallel-layout``
-    when given, else each rank's layers split evenly over its chunks."""
-    par = job.parallelism
-    explicit = par.virtual_stage_layers
-    if explicit is not None:
-        return explicit
-    per_rank = job.layers_per_stage
-    return tuple(per_rank[vs % par.pp] // par.vpp for vs in range(par.pp * par.vpp))
-
-
-def _indices(layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int) -> range:
-    """Layers of virtual stage ``chunk·pp + stage``: consecutive blocks in virtual-stage order."""
-    vs = chunk * pp + stage
-    first = sum(layers[:vs])
-    return range(first, first + layers[vs])
+def _indices(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+             v_shape: bool = False) -> range:
+    vs = chunk * pp + (pp - 1 - stage if v_shape and chunk % 2 else stage)
+    first = sum(vstage_layers[:vs])
+    return range(first, first + vstage_layers[vs])
 
 
 def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ...]:
@@ -46,8 +38,8 @@ def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ..
     recomputed (Megatron's ``block`` method) and the others are not (mode ``none``).
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return _chunk_kinds(_layout(job), par.pp, par.vpp, stage, chunk, model.moe_layer_flags,
-                        tr.recompute_granularity, tr.recompute_num_layers)
+    return _chunk_kinds(job.virtual_stage_layers, par.pp, par.vpp, stage, chunk, model.moe_layer_flags,
+                        tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape)
 
 
 def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
@@ -57,27 +49,29 @@ def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
     are cached on the few values they depend on.
     """
     par, model, tr = job.parallelism, job.model, job.training
-    return dict(_stage_counts(_layout(job), par.pp, par.vpp, stage, model.moe_layer_flags,
-                              tr.recompute_granularity, tr.recompute_num_layers))
+    return dict(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.moe_layer_flags,
+                              tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape))
 
 
 @lru_cache(maxsize=8192)
-def _stage_counts(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, moe_flags: tuple[bool, ...],
-                  recompute: str, recompute_num_layers: int | None) -> tuple[tuple[tuple[bool, str], int], ...]:
+def _stage_counts(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, moe_flags: tuple[bool, ...],
+                  recompute: str, recompute_num_layers: int | None,
+                  v_shape: bool = False) -> tuple[tuple[tuple[bool, str], int], ...]:
     counts: dict[tuple[bool, str], int] = {}
     for chunk in range(vpp):
-        for kind in _chunk_kinds(layers_per_stage, pp, vpp, stage, chunk, moe_flags, recompute,
-                                 recompute_num_layers):
+        for kind in _chunk_kinds(vstage_layers, pp, vpp, stage, chunk, moe_flags, recompute,
+                                 recompute_num_layers, v_shape):
             counts[kind] = counts.get(kind, 0) + 1
     return tuple(counts.items())
 
 
 @lru_cache(maxsize=8192)
-def _chunk_kinds(layers_per_stage: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+def _chunk_kinds(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
                  moe_flags: tuple[bool, ...], recompute: str,
-                 recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
+                 recompute_num_layers: int | None,
+                 v_shape: bool = False) -> tuple[tuple[bool, str], ...]:
     out = []
-    for local, layer in enumerate(_indices(layers_per_stage, pp, vpp, stage, chunk)):
+    for local, layer in enumerate(_indices(vstage_layers, pp, vpp, stage, chunk, v_shape)):
         mode = recompute
         if recompute == "full" and recompute_num_layers is not None and local >= recompute_num_layers:
             mode = "none"

@@ -1,0 +1,258 @@
+"""The software stack of a job: a framework profile (``presets/frameworks/*.yaml``).
+
+The same model, plan and GPU run at very different speeds and memory under different frameworks. A
+:class:`Framework` states, field by field and each with its source (framework code, documentation, release notes),
+what the stack does: the attention path, which elementwise ops are fused, the optimizer implementation and its
+dtypes, the data-parallel engine and its overlap, the gradient-reduce dtype, the pipeline engine and its layer
+split, host dispatch, and memory conventions. Cost and memory models read these fields; fitted constants describe
+only what no document states.
+
+Selected with ``--framework NAME[@version]`` (Python: ``Job(framework="nemo")``); every field can be overridden by
+an individual flag (Megatron names where they exist). ``job.framework`` is the *resolved* profile: the preset with
+the job's overrides applied, and the conditional features (parameter-gather overlap, TP-communication overlap)
+switched off where the plan cannot use them. docs/model.md lists every field with its sources.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, model_validator
+
+from trainsim.errors import TrainsimError
+from trainsim.spec.base import Spec
+
+AttentionBackend = Literal["flash", "fused", "unfused", "local"]
+TransformerImpl = Literal["transformer_engine", "local"]
+OptimizerImpl = Literal["fused", "foreach", "loop"]
+StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
+MasterDtype = Literal["fp32", "bf16", "fp16", "param"]
+GradReduceDtype = Literal["fp32", "param"]
+DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "fsdp1", "fsdp2", "megatron-fsdp"]
+PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
+LayerSplit = Literal["even", "type:transformer", "parameters", "account-for-embedding-and-loss"]
+AttentionPath = Literal["flash", "unfused", "eager"]
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+# Fields that describe the profile rather than the stack (no source needed).
+META_FIELDS = frozenset({"name", "version", "description", "sources"})
+# Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
+OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params"})
+
+
+class Framework(Spec):
+    """One software stack. Every stack field has an entry in ``sources`` saying where the fact comes from."""
+
+    name: str
+    version: str = ""
+    description: str = ""
+    sources: dict[str, str] = Field(default_factory=dict, description="field name -> where the fact is documented")
+
+    # ---- layers and attention --------------------------------------------------------------------------------------
+    transformer_impl: TransformerImpl = Field(description="Megatron --transformer-impl: TE modules or local/torch")
+    attention_backend: AttentionBackend = Field(
+        description="Megatron --attention-backend: flash/fused (FlashAttention / cuDNN fused attention, no s² "
+                    "tensors), unfused (TE's unfused DotProductAttention), local (Megatron's own DotProductAttention)")
+    masked_softmax_fusion: bool = Field(
+        description="unfused/local paths: the fused scale-mask-softmax CUDA kernel runs when its limits allow; else "
+                    "the eager PyTorch chain (upcast, masked_fill, softmax, downcast)")
+    fused_softmax_max_seq: int = Field(gt=0, description="longest key length the fused softmax kernel accepts")
+    attention_softmax_in_fp32: bool = Field(description="eager softmax chain computed in fp32 (upcast/downcast)")
+    dropout: bool = Field(description="the model's dropout layers exist and run (hidden and attention dropout)")
+    # ---- elementwise fusion --------------------------------------------------------------------------------------
+    fused_norm: bool = Field(description="LayerNorm/RMSNorm as one kernel (else eager: fp32 upcast, mean, rsqrt...)")
+    fused_bias_activation: bool = Field(description="bias-GELU / SwiGLU as one kernel")
+    fused_bias_dropout_add: bool = Field(description="bias + dropout + residual add as one kernel")
+    fused_rope: bool = Field(description="rotary embedding as one kernel (else eager rotate_half chain)")
+    fused_cross_entropy: bool = Field(description="vocabulary-parallel cross-entropy fused (no fp32 logits copies)")
+    gradient_accumulation_fusion: bool = Field(
+        description="weight-gradient GEMM accumulates straight into the fp32 main_grad buffer")
+    # ---- optimizer -----------------------------------------------------------------------------------------------
+    optimizer_impl: OptimizerImpl = Field(description="fused (one kernel), foreach (multi-tensor with temporaries), "
+                                                      "loop (per-parameter kernels)")
+    main_params_dtype: MasterDtype = Field(description="master weights (param: no separate copy)")
+    exp_avg_dtype: StateDtype = Field(description="Adam first moment")
+    exp_avg_sq_dtype: StateDtype = Field(description="Adam second moment")
+    # ---- data parallelism ----------------------------------------------------------------------------------------
+    dp_engine: DPEngine = Field(description="data-parallel engine (ZeRO stages below 3)")
+    sharded_engine: DPEngine | None = Field(description="engine that shards parameters (ZeRO-3 / FSDP), if any")
+    default_zero_stage: int = Field(ge=0, le=3, description="sharding stage when the job gives none")
+    grad_reduce_dtype: GradReduceDtype = Field(
+        description="gradient accumulation and reduction dtype: fp32, or the training dtype (param). Megatron's fp32 "
+                    "buffer is 16-bit under fp16 training (--accumulate-allreduce-grads-in-fp32 is off for fp16)")
+    overlap_grad_reduce: bool = Field(description="gradient reduction overlapped with the backward pass")
+    overlap_param_gather: bool = Field(description="parameter all-gather overlapped with the forward pass "
+                                                   "(distributed optimizer / ZeRO only)")
+    tp_comm_overlap: bool = Field(description="TP communication overlapped with GEMMs (TE userbuffers; needs SP)")
+    bucket_size_params: int | None = Field(
+        default=None, gt=0, description="parameters per gradient bucket (None: the engine's rule)")
+    reshard_after_forward: bool = Field(description="ZeRO-3/FSDP: parameters freed after forward, re-gathered in "
+                                                    "backward")
+    prefetch_depth: int = Field(ge=0, description="ZeRO-3/FSDP: layers (or buckets) gathered ahead of use")
+    prefetch_bucket_params: int | None = Field(
+        default=None, gt=0, description="ZeRO-3: parameters prefetched ahead of use (DeepSpeed's "
+                                        "stage3_prefetch_bucket_size); None: whole layers")
+    max_zero_stage: int = Field(ge=0, le=3, description="highest ZeRO/sharding stage the engine offers")
+    max_zero_stage_with_pp: int = Field(ge=0, le=3, description="highest stage accepted together with pipelining")
+    # ---- parallelism the stack offers ----------------------------------------------------------------------------
+    supports_tp: bool = Field(description="tensor parallelism")
+    supports_cp: bool = Field(description="context parallelism")
+    supports_ep: bool = Field(description="expert parallelism")
+    # ---- pipeline ------------------------------------------------------------------------------------------------
+    pipeline_engine: PipelineEngine = Field(description="pipeline engine (none: no pipelining offered)")
+    pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")
+    interleaved_schedule: bool = Field(description="virtual pipeline stages (interleaved 1F1B) offered")
+    # ---- host ----------------------------------------------------------------------------------------------------
+    cuda_graphs: bool = Field(description="CUDA graphs replay the step (no per-kernel launch from Python)")
+    torch_compile: bool = Field(description="torch.compile fuses elementwise chains")
+    host_dispatch_s: float = Field(ge=0, description="CPU time to dispatch one kernel (s); a kernel shorter than "
+                                                     "this leaves the GPU waiting")
+    # ---- memory conventions --------------------------------------------------------------------------------------
+    cuda_context_bytes: float = Field(ge=0, description="CUDA context, cuBLAS/cuDNN workspaces")
+    nccl_bytes_per_group: float = Field(ge=0, description="NCCL buffers per communicator")
+    allocator_fragmentation: float = Field(ge=0, le=1, description="caching-allocator reserve, fraction of "
+                                                                   "dynamic memory")
+
+    @model_validator(mode="after")
+    def _check(self) -> Framework:
+        stack = set(type(self).model_fields) - META_FIELDS
+        missing = sorted(f for f in stack if f not in self.sources and f not in OPTIONAL_FIELDS)
+        if missing:
+            raise TrainsimError(f"framework.sources.{missing[0]}", f"profile {self.name!r} gives no source for "
+                                f"{len(missing)} field(s): {', '.join(missing[:6])}",
+                                "every profile field is a documented fact: add its source")
+        unknown = sorted(set(self.sources) - stack)
+        if unknown:
+            raise TrainsimError(f"framework.sources.{unknown[0]}", "source for an unknown field",
+                                "remove it or check the field name")
+        if self.max_zero_stage_with_pp > self.max_zero_stage:
+            raise TrainsimError("framework.max_zero_stage_with_pp", "exceeds max_zero_stage",
+                                "make it at most max_zero_stage")
+        return self
+
+    # ---- derived -------------------------------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        """``name@version``."""
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+    def attention_path(self, seq_kv: int, attn_batches: int) -> AttentionPath:
+        """Which core-attention path runs for a key length and ``batch·heads``.
+
+        ``flash``: FlashAttention-style fused kernel (no s² tensor). ``unfused``: QKᵀ and AV as batched GEMMs with
+        the fused scale-mask-softmax kernel on 16-bit scores. ``eager``: the same GEMMs with PyTorch's eager softmax
+        chain (fp32 upcast, masked_fill, softmax, downcast) — Megatron's fallback when the fused kernel is not built
+        or the shape is outside its limits (``16 < sk <= fused_softmax_max_seq``, ``sk % 4 == 0``, ``b·np % 4 == 0``).
+        """
+        if self.attention_backend in ("flash", "fused"):
+            return "flash"
+        ok = (self.masked_softmax_fusion and 16 < seq_kv <= self.fused_softmax_max_seq and seq_kv % 4 == 0
+              and attn_batches % 4 == 0)
+        return "unfused" if ok else "eager"
+
+    def engine_for(self, zero_stage: int) -> DPEngine:
+        """The data-parallel engine that runs a job with this ZeRO stage.
+
+        ZeRO-3 uses :attr:`sharded_engine`; DeepSpeed without ZeRO is the plain ``deepspeed`` engine (all-reduce
+        after the backward pass) and with ZeRO-1/2 ``deepspeed-zero``.
+        """
+        if zero_stage >= 3 and self.sharded_engine is not None:
+            return self.sharded_engine
+        if self.dp_engine in ("deepspeed", "deepspeed-zero"):
+            return "deepspeed-zero" if zero_stage >= 1 else "deepspeed"
+        return self.dp_engine
+
+    def param_bytes(self, precision: str) -> float:
+        """Bytes of one model parameter as trained."""
+        return 4.0 if precision == "fp32" else 2.0
+
+    def master_bytes(self, precision: str) -> float:
+        """Bytes of the master copy of a parameter (0 when the optimizer updates the model's own parameters)."""
+        if self.main_params_dtype in ("param", precision) or precision == "fp32":
+            return 0.0
+        if precision == "fp8" and self.main_params_dtype == "bf16":
+            return 0.0
+        return DTYPE_BYTES[self.main_params_dtype]
+
+    def state_bytes(self) -> float:
+        """Adam moments per parameter."""
+        return DTYPE_BYTES[self.exp_avg_dtype] + DTYPE_BYTES[self.exp_avg_sq_dtype]
+
+    def step_transient_bytes(self) -> float:
+        """Temporaries of one optimizer step per (local) parameter.
+
+        ``foreach`` AdamW (``torch.optim._multi_tensor_adamw``) materialises ``exp_avg_sq.sqrt()`` for the whole
+        parameter group (one tensor of the second-moment dtype per parameter) before ``_foreach_addcdiv_``; the fused
+        kernels (apex/TE FusedAdam, ``fused=True``) and the per-parameter loop keep only one tensor's worth.
+        """
+        return DTYPE_BYTES[self.exp_avg_sq_dtype] if self.optimizer_impl == "foreach" else 0.0
+
+
+# ---- presets ------------------------------------------------------------------------------------------------------
+_DIR = resources.files("trainsim") / "presets" / "frameworks"
+DEFAULT_FRAMEWORK = "megatron-core"
+
+
+def list_frameworks() -> list[str]:
+    """Names of the framework presets."""
+    return sorted(p.name[:-5] for p in _DIR.iterdir() if p.name.endswith(".yaml"))
+
+
+def _parse(text: str, origin: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TrainsimError("framework", f"cannot parse {origin} as YAML ({exc})".replace("\n", " "),
+                            "fix the file") from None
+    if not isinstance(data, dict):
+        raise TrainsimError("framework", f"{origin} is not a mapping", "see presets/frameworks/*.yaml")
+    return data
+
+
+def _with_version(data: dict[str, Any], version: str | None, origin: str) -> dict[str, Any]:
+    """Apply a profile's ``versions:`` overrides (each with its own sources) for ``version``."""
+    versions: dict[str, Any] = data.pop("versions", None) or {}
+    if version is None or version == str(data.get("version", "")):
+        return data
+    if version not in versions:
+        known = [str(data.get("version", ""))] + [str(v) for v in versions]
+        raise TrainsimError("framework", f"{origin} has no version {version!r}",
+                            f"use one of {', '.join(v for v in known if v)} (or leave @version out)")
+    over = dict(versions[version] or {})
+    sources = {**data.get("sources", {}), **over.pop("sources", {})}
+    return {**data, **over, "sources": sources, "version": version}
+
+
+@cache
+def _preset(name: str, version: str | None) -> Framework:
+    data = _parse((_DIR / f"{name}.yaml").read_text(), f"framework preset {name}")
+    return Framework(**_with_version(data, version, f"framework preset {name}"))
+
+
+def load_framework(ref: str | Path | Framework | None = None) -> Framework:
+    """A framework by ``NAME[@version]`` (a preset), a YAML file in the same format, or a :class:`Framework`."""
+    if isinstance(ref, Framework):
+        return ref
+    text = str(ref) if ref is not None else DEFAULT_FRAMEWORK
+    name, _, version = text.partition("@")
+    if name.lower() in list_frameworks():
+        return _preset(name.lower(), version or None)
+    path = Path(name)
+    if path.suffix in {".yaml", ".yml"} or path.exists():
+        try:
+            content = path.read_text()
+        except OSError as exc:
+            raise TrainsimError("framework", f"cannot read {path} ({exc.strerror or exc})",
+                                "give a preset name or a YAML path") from None
+        data = _parse(content, str(path))
+        return Framework(**_with_version(data, version or None, str(path)))
+    names = list_frameworks()
+    close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"available: {', '.join(names)}"
+    raise TrainsimError("framework", f"unknown framework {text!r}", f"{hint} (or give a profile YAML path)")

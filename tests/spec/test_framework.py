@@ -1,0 +1,130 @@
+"""Framework profiles: strict schema with sources, presets, resolution into a job, feasibility rules, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.cli_helpers import check_one_line_error, run
+
+from trainsim.errors import TrainsimError
+from trainsim.spec import Job, Parallelism, Training, load_model, load_system
+from trainsim.spec.framework import Framework, list_frameworks, load_framework
+
+REQUIRED = {"megatron-lm-2021", "megatron-deepspeed", "deepspeed", "megatron-core", "megatron-core-local", "nemo",
+            "torchtitan", "fsdp", "hf-transformers"}
+
+
+def job(framework=None, **kw):  # type: ignore[no-untyped-def]
+    par = kw.pop("parallelism", Parallelism())
+    training = Training(**{"global_batch_size": 8, **kw})
+    return Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), parallelism=par, training=training,
+               num_gpus=8 * par.tp * par.pp, framework=framework)
+
+
+def test_every_required_profile_ships_and_every_field_has_a_source():
+    assert set(list_frameworks()) >= REQUIRED
+    for name in list_frameworks():
+        fw = load_framework(name)
+        stack = set(Framework.model_fields) - {"name", "version", "description", "sources"}
+        documented = {f for f in stack if fw.sources.get(f, "").strip()}
+        assert stack - documented <= {"bucket_size_params", "prefetch_bucket_params"}, (name, stack - documented)
+
+
+def test_a_profile_without_a_source_is_refused():
+    data = load_framework("nemo").model_dump()
+    del data["sources"]["optimizer_impl"]
+    with pytest.raises(TrainsimError) as err:
+        Framework(**data)
+    assert "optimizer_impl" in str(err.value) and err.value.field.startswith("framework.sources")
+
+
+def test_unknown_names_and_versions_name_the_alternatives():
+    with pytest.raises(TrainsimError, match="did you mean nemo"):
+        load_framework("nemmo")
+    with pytest.raises(TrainsimError, match="no version"):
+        load_framework("nemo@1.0")
+    assert load_framework("nemo@24.07").label == "nemo@24.07"
+
+
+def test_default_is_megatron_core_and_training_fields_are_resolved_from_the_profile():
+    j = job()
+    assert j.framework.name == "megatron-core" and j.training.zero_stage == 0
+    assert j.training.attention == "flash" and j.training.grads_in_fp32 and j.dp_engine == "megatron-ddp"
+    n = job("nemo", parallelism=Parallelism(tp=2, sequence_parallel=True))
+    assert n.training.zero_stage == 1 and n.training.overlap_param_gather and n.training.tp_comm_overlap
+    assert n.framework.overlap_grad_reduce and not n.training.grads_in_fp32
+    # nemo's TP overlap is switched off where it cannot apply (no sequence parallelism)
+    assert not job("nemo").training.tp_comm_overlap
+
+
+def test_explicit_training_values_override_the_profile_and_the_echo_agrees():
+    j = job("nemo", overlap_grad_reduce=False, grad_reduce_in_fp32=True, attention="eager")
+    assert not j.framework.overlap_grad_reduce and j.framework.grad_reduce_dtype == "fp32"
+    assert j.framework.attention_backend == "local" and not j.framework.masked_softmax_fusion
+    assert j.training.attention == "eager"
+
+
+def test_attention_path_follows_the_fused_softmax_kernel_limits():
+    fw = load_framework("megatron-lm-2021")
+    assert fw.attention_path(2048, 64) == "unfused"
+    assert fw.attention_path(4096, 64) == "eager"  # beyond the 2021 kernel's 2048 keys
+    assert fw.attention_path(2048, 6) == "eager"  # batch·heads not a multiple of 4
+    assert load_framework("megatron-core-local").attention_path(2048, 64) == "eager"
+    assert load_framework("torchtitan").attention_path(8192, 1) == "flash"
+
+
+@pytest.mark.parametrize("framework,kw,field,words", [
+    ("deepspeed", {"zero_stage": 2, "parallelism": Parallelism(pp=2)}, "training.zero_stage",
+     ["DeepSpeed pipeline engine"]),
+    ("megatron-deepspeed", {"zero_stage": 3, "parallelism": Parallelism(pp=4)}, "training.zero_stage", ["refused"]),
+    ("hf-transformers", {"parallelism": Parallelism(tp=2)}, "parallelism.tp", ["no TP"]),
+    ("hf-transformers", {"parallelism": Parallelism(pp=2)}, "parallelism.pp", ["no pipeline engine"]),
+    ("megatron-lm-2021", {"zero_stage": 1}, "training.zero_stage", ["not offered"]),
+    ("megatron-deepspeed", {"parallelism": Parallelism(pp=2, vpp=2), "global_batch_size": 32},
+     "parallelism.vpp", ["virtual stages"]),
+])
+def test_feasibility_depends_on_the_profile(framework, kw, field, words):
+    with pytest.raises(TrainsimError) as err:
+        job(framework, **kw)
+    assert err.value.field == field
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_sharding_with_pipelining_is_accepted_where_the_engine_composes_them():
+    j = job("torchtitan", parallelism=Parallelism(pp=2))
+    assert j.training.zero_stage == 3 and j.dp_engine == "fsdp2"
+    assert job("deepspeed", zero_stage=1, parallelism=Parallelism(pp=2)).dp_engine == "deepspeed-zero"
+
+
+def test_mapping_and_object_forms_of_the_python_api():
+    j = job({"name": "megatron-core", "optimizer_impl": "foreach"})
+    assert j.framework.optimizer_impl == "foreach" and j.framework.name == "megatron-core"
+    assert job(load_framework("fsdp")).framework.dp_engine == "fsdp1"
+    with pytest.raises(TrainsimError) as err:
+        job({"name": "nemo", "attention_backend": "sparse"})
+    assert err.value.field == "framework.attention_backend"
+
+
+ARGS = ["predict", "-m", "llama3-8b", "--gbs", "16", "-n", "8", "--json"]
+
+
+def test_cli_framework_flag_and_overrides_are_echoed_in_json(capsys):
+    code, out, _ = run([*ARGS, "--framework", "hf-transformers", "--exp-avg-dtype", "fp32"], capsys)
+    assert code == 0
+    fw = json.loads(out)["job"]["framework"]
+    assert fw["name"] == "hf-transformers" and fw["exp_avg_dtype"] == "fp32" and fw["exp_avg_sq_dtype"] == "bf16"
+    assert set(Framework.model_fields) - {"sources"} <= set(fw)
+    code, out, _ = run([*ARGS, "--transformer-impl", "local"], capsys)
+    fw = json.loads(out)["job"]["framework"]
+    assert code == 0 and fw["transformer_impl"] == "local" and fw["attention_backend"] == "local"
+
+
+def test_cli_bad_framework_values_are_one_line_errors(capsys):
+    code, _, err = run([*ARGS, "--framework", "megatron"], capsys)
+    check_one_line_error(code, err, "framework", "megatron-core")
+    code, _, err = run([*ARGS, "--attention-backend", "sparse"], capsys)
+    check_one_line_error(code, err, "framework.attention_backend")
+    code, _, err = run([*ARGS, "--framework", "deepspeed", "--zero-stage", "3", "--pp", "2"], capsys)
+    check_one_line_error(code, err, "training.zero_stage", "pipeline")
