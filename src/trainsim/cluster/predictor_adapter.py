@@ -3,15 +3,15 @@
 Everything the throughput model needs from the rest of trainsim goes through these functions: the best plan for a
 GPU count (:func:`best_plan`, trainsim's search), the time of a plan with given tensor and pipeline degrees
 (:func:`plan_with`, the same search with those dimensions listed) and the slowdown of a plan when one GPU computes
-``factor`` times slower (:func:`straggler_slowdown`, the event engine's ``--slow-rank``). When the cached typed
-predictor service lands, switching to it is an edit of this module only.
+``factor`` times slower (:func:`straggler_slowdown`, the event engine's ``--slow-rank`` through the cached
+:class:`~trainsim.service.Predictor`).
 """
 
 from __future__ import annotations
 
 import warnings
 from functools import lru_cache
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from trainsim.errors import TrainsimWarning
 from trainsim.spec.model import Model
@@ -187,10 +187,11 @@ def flush_cache() -> None:
 
 @lru_cache(maxsize=4096)
 def straggler_slowdown(model: Model, system: System, training: Training, point: PlanPoint, factor: float) -> float:
-    """Iteration-time ratio when one GPU of the plan computes ``factor`` times slower (event engine, rank 0)."""
+    """Iteration-time ratio when one GPU of the plan computes ``factor`` times slower: the event engine's
+    ``--slow-rank 0=FACTOR`` over the same engine without it (through the cached :class:`~trainsim.service.Predictor`).
+    """
     if factor == 1.0:
         return 1.0
-    from trainsim.predictor import predict
     from trainsim.spec.job import Job
     from trainsim.spec.parallelism import Parallelism
 
@@ -200,6 +201,13 @@ def straggler_slowdown(model: Model, system: System, training: Training, point: 
                                          "recompute_granularity": point.recompute})
         job = Job(model=model, system=system, parallelism=Parallelism(tp=point.tp, pp=point.pp), training=tr,
                   num_gpus=point.num_gpus)
-        pred = predict(job, engine="event", slow_rank={0: factor})
-    info = (pred.model_extra or {}).get("stragglers") or {}
-    return float(info.get("slowdown", 1.0))
+        slow = _event_predictor(factor).metrics(job).iteration_time_s
+        base = _event_predictor(1.0).metrics(job).iteration_time_s
+    return float(slow / base)
+
+
+@lru_cache(maxsize=64)
+def _event_predictor(factor: float) -> Any:
+    from trainsim.service import Predictor
+
+    return Predictor("event", slow_rank={0: factor}) if factor != 1.0 else Predictor("event")
