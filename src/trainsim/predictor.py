@@ -10,11 +10,13 @@ from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import CostModel, default_cost_model
 from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
+from trainsim.metrics import SECONDS_PER_DAY, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
 from trainsim.workload.memory import StageMemory, memory_per_stage
 
-SECONDS_PER_DAY = 86400.0
+__all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
+           "training_cost"]
 
 
 class MemoryOut(BaseModel):
@@ -111,14 +113,10 @@ def job_summary(job: Job) -> dict[str, Any]:
 def training_cost(job: Job, iteration_time_s: float, tokens: float,
                   price_per_gpu_hour: float | None = None) -> TrainingOut:
     """Days, GPU-hours and dollars to train on ``tokens`` tokens."""
-    if tokens <= 0:
-        raise TrainsimError("training.train_tokens", "must be positive", "give a token count such as 300e9")
     price = job.system.price_per_gpu_hour if price_per_gpu_hour is None else price_per_gpu_hour
-    iterations = tokens / job.tokens_per_iteration
-    seconds = iterations * iteration_time_s
-    gpu_hours = seconds / 3600.0 * job.world_size
-    return TrainingOut(tokens=tokens, iterations=iterations, days=seconds / SECONDS_PER_DAY, gpu_hours=gpu_hours,
-                       cost_usd=gpu_hours * price, price_per_gpu_hour=price)
+    run = training_run(tokens, job.tokens_per_iteration, iteration_time_s, job.world_size, price)
+    return TrainingOut(tokens=run.tokens, iterations=run.iterations, days=run.days, gpu_hours=run.gpu_hours,
+                       cost_usd=run.cost_usd, price_per_gpu_hour=run.price_per_gpu_hour)
 
 
 def memory_report(job: Job) -> MemoryOut:
@@ -155,10 +153,8 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
     t = est.iteration_time_s
     flops = iteration_flops(job, flops_convention)
     n = job.world_size
-    dtype = "tf32" if job.training.precision == "fp32" else job.training.precision
-    peak = job.system.gpu.peak_flops.for_dtype(dtype)
+    peak = peak_flops(job)
     tokens = job.tokens_per_iteration
-    m, p, v = job.num_microbatches, job.parallelism.pp, job.parallelism.vpp
     training = None
     if job.training.train_tokens:
         training = training_cost(job, t, job.training.train_tokens)
@@ -172,10 +168,10 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         flops_convention=flops.convention,
         model_tflops_per_gpu=flops.model / t / n / 1e12,
         peak_flops_per_gpu=peak,
-        mfu=flops.model / (t * n * peak),
-        hfu=flops.hardware / (t * n * peak),
+        mfu=utilization(flops.model, t, n, peak),
+        hfu=utilization(flops.hardware, t, n, peak),
         breakdown_s=est.breakdown_s,
-        bubble_fraction=(p - 1) / (m * v + p - 1) if job.schedule != "gpipe" else (p - 1) / (m + p - 1),
+        bubble_fraction=est.breakdown_s.get("pipeline_bubble", 0.0) / t if t > 0 else 0.0,
         stage_busy_s=est.stage_busy_s,
         memory=memory_report(job),
         training=training,

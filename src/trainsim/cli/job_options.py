@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from trainsim.errors import TrainsimError
+from trainsim.schedule import schedule_help
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     _o("dp", ("--data-parallel-size", "--dp"), int, "parallelism", "dp", "data parallel size (checked)"),
     _o("sequence_parallel", ("--sequence-parallel",), bool, "parallelism", "sequence_parallel",
        "sequence parallelism"),
-    _o("schedule", ("--schedule",), str, "parallelism", "schedule", "1f1b, gpipe, interleaved or zb-h1"),
+    _o("schedule", ("--schedule",), str, "parallelism", "schedule", schedule_help()),
     _o("rank_order", ("--rank-order",), str, "parallelism", "rank_order", "e.g. tp-cp-ep-dp-pp"),
     _o("first_stage_layers", ("--decoder-first-pipeline-num-layers",), int, "parallelism", "first_stage_layers",
        "layers on the first stage"),

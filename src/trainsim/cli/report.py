@@ -26,7 +26,7 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
     t.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:,.0f}")
     t.add_row("model TFLOP/s per GPU", f"{p.model_tflops_per_gpu:.1f}")
     t.add_row(f"MFU / HFU ({p.flops_convention} FLOPs)", f"{p.mfu:.1%} / {p.hfu:.1%}")
-    t.add_row("pipeline bubble (uniform stages)", f"{p.bubble_fraction:.1%}")
+    t.add_row("pipeline bubble (share of the iteration)", f"{p.bubble_fraction:.1%}")
     if p.measured_compute_fraction or p.measured_comm_fraction:
         t.add_row("from measured tables (compute / comm)",
                   f"{p.measured_compute_fraction:.0%} / {p.measured_comm_fraction:.0%}")

@@ -20,7 +20,7 @@ from trainsim.cost.comm import Placement, collective_time, placements_of
 from trainsim.cost.compute import op_time
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
 from trainsim.workload.memory import stage_parameters
-from trainsim.workload.ops import Collective, CommOp, ComputeOp
+from trainsim.workload.ops import Collective, CommOp, ComputeOp, exposed_time, overlap_target
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -164,31 +164,28 @@ class StageCost:
 
 
 def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_comm_overlap: bool,
-               recompute_comm: bool = True) -> BlockCost:
+               recompute_comm: bool = True, split_backward: bool = False) -> BlockCost:
     c = model.compute
-    fwd_times = {op.name: c(op) for op in work.fwd}
-    bwd_times = {op.name: c(op) for op in work.bwd}
+    fwd_ops = {op.name: op for op in work.fwd}
+    # a split-backward schedule runs the weight gradients later: collectives cannot hide behind them
+    bwd_ops = {op.name: op for op in work.bwd if not (split_backward and op.is_weight_grad)}
+    times = {op: c(op) for op in (*work.fwd, *work.bwd)}
     fwd = sum(c(op) for op in work.fwd)
     re = sum(c(op) for op in work.recompute)
-    bwd = sum(c(op) for op in work.bwd) + re
-    wgrad = sum(t for name, t in bwd_times.items() if name.endswith("_wgrad"))
+    bwd = sum(times[op] for op in work.bwd) + re
+    wgrad = sum(times[op] for op in work.bwd if op.is_weight_grad)
     measured = sum(c(op) for op in (*work.fwd, *work.bwd, *work.recompute) if model.is_measured(op))
     out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
     slow = model.calibration.overlap_slowdown
 
-    def account(ops: tuple[CommOp, ...], times: dict[str, float], backward: bool) -> None:
+    def account(ops: tuple[CommOp, ...], pass_ops: dict[str, ComputeOp], backward: bool) -> None:
         for op in ops:
             t = model.collective(op, places.get(op.group, places["tp"]))
             out.comm += t
             if model.is_measured(op):
                 out.comm_measured += t
-            hidden_by = times.get(op.hide_behind, 0.0) if op.hide_behind else 0.0
-            can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
-            if can_hide and hidden_by > 0:
-                exposed = max(0.0, t - hidden_by)
-                penalty = slow * min(t, hidden_by)
-            else:
-                exposed, penalty = t, 0.0
+            target, can_hide = overlap_target(op, pass_ops, tp_comm_overlap)
+            exposed, penalty = exposed_time(t, times[target] if target is not None else 0.0, can_hide, slow)
             out.exposed[op.group] = out.exposed.get(op.group, 0.0) + exposed
             if backward:
                 out.exposed_bwd += exposed
@@ -197,10 +194,10 @@ def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_co
                 out.exposed_fwd += exposed
                 out.overlap_penalty_fwd += penalty
 
-    account(work.comm_fwd, fwd_times, backward=False)
-    account(work.comm_bwd, bwd_times, backward=True)
+    account(work.comm_fwd, fwd_ops, backward=False)
+    account(work.comm_bwd, bwd_ops, backward=True)
     if recompute_comm and work.comm_recompute:
-        account(work.comm_recompute, fwd_times, backward=True)
+        account(work.comm_recompute, fwd_ops, backward=True)
     return out
 
 
@@ -302,11 +299,13 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         if kind not in blocks:
             moe, mode = kind
             sh = shard if mode == shard.recompute else dataclasses.replace(shard, recompute=mode)
-            blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap)
+            blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap,
+                                      split_backward=split)
         return blocks[kind]
 
-    emb = _time_work(embedding_work(job.model, shard), model, places, overlap)
-    head = _time_work(head_work(job.model, shard), model, places, overlap)
+    split = job.pipeline.split_backward
+    emb = _time_work(embedding_work(job.model, shard), model, places, overlap, split_backward=split)
+    head = _time_work(head_work(job.model, shard), model, places, overlap, split_backward=split)
     empty = BlockCost()
 
     e = 4.0 if tr.precision == "fp32" else 2.0
@@ -335,8 +334,8 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         if sh.gather_per_step:
             gather, bucket_gather = _bucketed(model, "all_gather", params, sh.param_bytes, bucket_params, dp_place)
         emb_sync = 0.0
-        tied_copy = par.pp > 1 and not job.model.untie_embeddings_and_output_weights
-        if tied_copy and s in (0, par.pp - 1):
+        tied_copy = job.head_stage != 0 and not job.model.untie_embeddings_and_output_weights
+        if tied_copy and s in (0, job.head_stage):
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
                                                v_h * grad_bytes_pp), places["embedding"])
@@ -349,7 +348,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             zero3 = zero3_overhead(n, body.fwd / n, body.bwd / n, comm, slow)
         stages.append(StageCost(
             stage=s, layers=layers, body=body,
-            pre=emb if s == 0 else empty, post=head if s == par.pp - 1 else empty,
+            pre=emb if s == 0 else empty, post=head if s == job.head_stage else empty,
             p2p=p2p, grad_sync=grad_sync, grad_bucket=grad_bucket, param_gather=gather, param_bucket=bucket_gather,
             embedding_sync=emb_sync, optimizer=opt, zero3_exposed=zero3,
         ))

@@ -30,7 +30,6 @@ import numpy as np
 from trainsim.engine.timeline import Timeline
 from trainsim.graph.build import Kind as K
 from trainsim.graph.build import chunk_layers
-from trainsim.schedule import SPLIT_BACKWARD
 from trainsim.workload.memory import FRAGMENTATION, layer_activation_bytes, stage_memory
 
 
@@ -108,9 +107,10 @@ def chunk_activation_bytes(job: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
                     stage_full = max(stage_full, layer_activation_bytes(model, b, seq, tp, cp, sp, "none",
                                                                         tr.attention, e, moe, q))
         full[s, :] = stage_full
-        if s == 0 and model.hidden_dropout > 0:
+        if s == 0 and model.hidden_dropout > 0:  # virtual stage 0 is chunk 0 of rank 0 in every placement
             act[s, 0] += tokens * model.hidden_size / (tp if sp else 1)
-    logits[p - 1, v - 1] = tokens * model.padded_vocab_size(tp) / tp * (e + 4.0)
+    head_stage, head_chunk = job.pipeline.rank_of(p, p * v - 1)
+    logits[int(head_stage), int(head_chunk)] = tokens * model.padded_vocab_size(tp) / tp * (e + 4.0)
     keep_w = np.minimum(keep_w, act)
     return act, keep_w, full, logits
 
@@ -120,7 +120,7 @@ def memory_timeline(tl: Timeline) -> list[StageMemoryTimeline]:
     job, g = tl.job, tl.graph
     p = g.pp
     act, keep_w, full, logits = chunk_activation_bytes(job)
-    split = job.schedule in SPLIT_BACKWARD
+    split = job.pipeline.split_backward
     analytic = [stage_memory(job, s) for s in range(p)]
     out: list[StageMemoryTimeline] = []
     sc = tl.scenario

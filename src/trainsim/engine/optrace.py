@@ -34,7 +34,6 @@ from trainsim.engine.timeline import Timeline
 from trainsim.errors import TrainsimError
 from trainsim.graph.build import Kind
 from trainsim.io import traces as tr
-from trainsim.schedule import SPLIT_BACKWARD
 
 
 def _trial_name(meta_path: str | os.PathLike[str] | None, default: str) -> str:
@@ -120,7 +119,7 @@ def _unit_ops(tl: Timeline) -> pd.DataFrame:
 
 def op_trace(tl: Timeline) -> pd.DataFrame:
     """The released-schema table of a timeline (not yet validated)."""
-    if tl.job.schedule in SPLIT_BACKWARD:
+    if tl.job.pipeline.split_backward:
         raise TrainsimError("export_ops", f"the {tl.job.schedule} schedule splits off weight-gradient work, which "
                             "the released trace schema cannot represent",
                             "export a 1f1b, gpipe or interleaved run")

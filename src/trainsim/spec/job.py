@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
+from trainsim.schedule import default_schedule, get_schedule
 from trainsim.spec.base import Spec
 from trainsim.spec.framework import DEFAULT_FRAMEWORK, Framework, load_framework
 from trainsim.spec.limits import MAX_GPUS
@@ -16,6 +17,9 @@ from trainsim.spec.parallelism import Parallelism, Schedule
 from trainsim.spec.pipeline_split import virtual_stage_layers
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
+
+if TYPE_CHECKING:
+    from trainsim.schedule import PipelineSchedule
 
 
 class Job(Spec):
@@ -82,7 +86,17 @@ class Job(Spec):
         par = self.parallelism
         if par.schedule is not None:
             return par.schedule
-        return "interleaved" if par.vpp > 1 else "1f1b"
+        return default_schedule(par.vpp)
+
+    @cached_property
+    def pipeline(self) -> PipelineSchedule:
+        """The pipeline schedule object (order, placement, memory, closed form)."""
+        return get_schedule(self.schedule)
+
+    @cached_property
+    def head_stage(self) -> int:
+        """Pipeline rank holding the LM head (the last rank, or rank 0 for V-shaped schedules)."""
+        return self.pipeline.head_stage(self.parallelism.pp, self.parallelism.vpp)
 
     @property
     def num_microbatches(self) -> int:
@@ -271,18 +285,11 @@ def validate_job(job: Job) -> None:
     # pipeline
     if vpp > 1 and pp == 1:
         raise TrainsimError("parallelism.vpp", "virtual stages need pipeline parallelism", "use pp > 1 or vpp 1")
-    schedule = job.schedule
-    if schedule == "interleaved" and vpp == 1:
-        raise TrainsimError(
-            "parallelism.schedule", "the interleaved schedule needs vpp > 1", "give --vpp (virtual stages per rank)"
-        )
-    if vpp > 1 and schedule != "interleaved":
-        raise TrainsimError(
-            "parallelism.schedule",
-            f"vpp = {vpp} needs the interleaved schedule, not {schedule}",
-            "use --schedule interleaved or leave --schedule out",
-        )
-    virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
+    vsl = virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
+    if job.pipeline.v_shape and len(set(vsl)) > 1:
+        raise TrainsimError("parallelism.pipeline_layout",
+                            f"the V-shaped {job.schedule} schedule needs the same layers in every virtual stage",
+                            "use an even split (no first/last stage sizes, layout or --account-for-*)")
     # batch
     mbs, gbs = tr.micro_batch_size, tr.global_batch_size
     if gbs % (mbs * dp):
@@ -292,12 +299,7 @@ def validate_job(job: Job) -> None:
             "make the global batch a multiple of mbs·dp",
         )
     microbatches = gbs // (mbs * dp)
-    if schedule == "interleaved" and microbatches % pp:
-        raise TrainsimError(
-            "training.global_batch_size",
-            f"the interleaved schedule needs micro-batches per pipeline ({microbatches}) divisible by pp = {pp}",
-            "make gbs/(mbs·dp) a multiple of pp, or use the non-interleaved 1f1b schedule",
-        )
+    job.pipeline.check(pp, microbatches, vpp)
     # sequence / context parallelism
     seq = job.seq_length
     if cp > 1 and m.causal and seq % (2 * cp):

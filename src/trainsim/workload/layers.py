@@ -195,12 +195,12 @@ def _attention_block(model: Model, shard: Shard) -> Work:
         core_fwd.append(gemm("attn_av", "fwd", s, d, s, "bf16" if dt == "fp8" else dt, batch=b * heads))
         gdt = "bf16" if dt == "fp8" else dt
         core_bwd += [
-            gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads),
-            gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads),
+            gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads, grad_of="attn_av"),
+            gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av"),  # of V: no weights
             _ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores),
             _ew(shard, "softmax_grad", "bwd", 3 * e * scores, 4.0 * scores),
-            gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads),
-            gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads),
+            gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),
+            gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),  # of K: no weights
         ]
     fwd += core_fwd
     bwd += core_bwd

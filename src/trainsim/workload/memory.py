@@ -136,14 +136,11 @@ def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp
 
 
 def in_flight_microbatches(schedule: str, stage: int, pp: int, num_microbatches: int, vpp: int = 1) -> float:
-    """Micro-batches (in units of a whole stage's layers) whose activations a stage holds at its peak."""
-    m = num_microbatches
-    if schedule == "gpipe":
-        return float(m)
-    if schedule == "interleaved":
-        chunks = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
-        return chunks / vpp
-    return float(min(pp - stage, m))
+    """Micro-batches (in units of a whole stage's layers) whose activations a stage holds at its peak (owned by the
+    schedule: :meth:`~trainsim.schedule.pipeline.PipelineSchedule.in_flight`)."""
+    from trainsim.schedule import get_schedule
+
+    return get_schedule(schedule).in_flight(stage, pp, num_microbatches, vpp)
 
 
 def stage_parameters(job: Job, stage: int) -> float:
@@ -162,7 +159,7 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     multi-token-prediction modules.
     """
     model, par = job.model, job.parallelism
-    tp, pp, ep, etp = par.tp, par.pp, par.ep, par.expert_tp
+    tp, ep, etp = par.tp, par.ep, par.expert_tp
     norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
     attn = (model.attention_params - model.attention_replicated_params) / tp + model.attention_replicated_params
     dense_mlp = (model.dense_mlp_params - norm) / tp + norm
@@ -178,9 +175,10 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
         params += v_h
         if model.position_embedding_type == "learned_absolute":
             params += model.seq_length * model.hidden_size
-    if stage == pp - 1:
+    head = job.head_stage
+    if stage == head:
         params += norm
-        if model.untie_embeddings_and_output_weights or pp > 1:
+        if model.untie_embeddings_and_output_weights or head != 0:
             params += v_h
         if model.mtp_num_layers:
             h = model.hidden_size
@@ -219,14 +217,15 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     tokens = b * seq / cp
     if stage == 0 and model.hidden_dropout > 0:
         per_mb += tokens * model.hidden_size / (tp if sp else 1)  # embedding dropout mask
-    inflight = in_flight_microbatches(job.schedule, stage, pp, job.num_microbatches, par.vpp)
+    schedule = job.pipeline
+    inflight = schedule.in_flight(stage, pp, job.num_microbatches, par.vpp)
     activations = per_mb * inflight + full_layer
-    if stage == pp - 1:  # logits (16-bit and the fp32 copy of the cross-entropy) until each micro-batch's backward
+    head = job.head_stage
+    if stage == head:  # logits (16-bit and the fp32 copy of the cross-entropy) until each micro-batch's backward
         vocab = model.padded_vocab_size(tp) / tp
-        held = job.num_microbatches if job.schedule == "gpipe" else 1
-        activations += tokens * vocab * (e + 4.0) * held
+        activations += tokens * vocab * (e + 4.0) * schedule.logits_held(job.num_microbatches)
     groups = sum(1 for size in (tp, cp, par.ep, job.dp, pp) if size > 1)
-    if pp > 1 and stage in (0, pp - 1) and not model.untie_embeddings_and_output_weights:
+    if head != 0 and stage in (0, head) and not model.untie_embeddings_and_output_weights:
         groups += 1  # embedding group
     other = CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups + FRAGMENTATION * activations
     return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
