@@ -59,5 +59,6 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
         m.add_row(str(s.stage), fmt_bytes(s.weights_bytes), fmt_bytes(s.gradients_bytes), fmt_bytes(s.optimizer_bytes),
                   fmt_bytes(s.activations_bytes), fmt_bytes(s.other_bytes), fmt_bytes(s.total_bytes))
     console.print(m)
-    verdict = "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]"
+    verdict = ("[yellow]fits, tight (within 10% of capacity)[/yellow]" if p.memory.tight
+               else "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]")
     console.print(f"peak {fmt_bytes(p.memory.peak_bytes)}: {verdict}")
