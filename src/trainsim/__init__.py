@@ -19,6 +19,8 @@ _LAZY: dict[str, str] = {
     "predict": "trainsim.predictor",
     "Prediction": "trainsim.predictor",
     "analyze_trace": "trainsim.whatif",
+    "Predictor": "trainsim.service",
+    "Metrics": "trainsim.service",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

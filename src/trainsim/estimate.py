@@ -5,11 +5,9 @@ micro-batch, ``P`` the exposed part of one point-to-point transfer — all of it
 Megatron-Core's default ``overlap_p2p_comm`` where only what outlasts a chunk's forward; chunk times
 ``f_s = F_s/v``):
 
-- 1F1B and interleaved 1F1B: ``T = (m·v − 1)·max_s(f_s + b_s + 2P) + Σ_s (f_s + b_s) + 2(p − 1)P``, which is
-  ``(m + (p − 1)/v)(F + B)`` plus transfers for uniform stages (bubble fraction ``(p−1)/(m·v + p − 1)``);
-- GPipe: all forwards, then all backwards: ``(m − 1)·max(F + P) + ΣF + (m − 1)·max(B + P) + ΣB + 2(p − 1)P``;
-- ZB-H1 (zero bubble): 1F1B with ``min(m + p − 2, 2(p − 1))·W`` less bubble (exact for uniform stages: the deferred
-  weight-gradient passes ``W`` fill the bubble), never below the busiest stage's own work.
+- the pipelined passes take the schedule's closed form (:meth:`PipelineSchedule.pipeline_time
+  <trainsim.schedule.pipeline.PipelineSchedule.pipeline_time>`: 1F1B and interleaved
+  ``(m·v − 1)·max_s(f_s + b_s + 2P) + Σ_s (f_s + b_s) + 2(p − 1)P``, GPipe, ZB-H1, ZB-V and DualPipe-V their own);
 
 Data parallelism: stage ``s`` finishes its last backward ``s·(B̄ + P)`` before stage 0 does (pipeline drain), so its
 gradient synchronisation has that much slack; with ``--overlap-grad-reduce`` all but the last bucket also hide behind
@@ -59,34 +57,18 @@ def exposed_p2p(job: Job, stages: list[StageCost]) -> float:
     if p == 1:
         return 0.0
     P = max(s.p2p for s in stages)
-    asynchronous = job.schedule == "zb-h1" or (job.schedule == "interleaved" and job.training.overlap_p2p_comm)
-    if asynchronous:
+    if job.pipeline.p2p_mode(job.training.overlap_p2p_comm) == "overlap":
         chunk = min(s.fwd for s in stages) / job.parallelism.vpp
         return max(0.0, P - chunk)
     return P
 
 
 def _pipeline_time(job: Job, stages: list[StageCost], P: float) -> tuple[float, int]:
-    par = job.parallelism
-    p, v, m = par.pp, par.vpp, job.num_microbatches
+    v = job.parallelism.vpp
     f = [s.fwd / v for s in stages]
     b = [s.bwd / v for s in stages]
-    cycles = [fi + bi + 2 * P for fi, bi in zip(f, b, strict=True)]
-    crit = max(range(p), key=lambda i: cycles[i])
-    schedule = job.schedule
-    if schedule == "gpipe":
-        t = ((m - 1) * max(fi + P for fi in f) + sum(f) + (m - 1) * max(bi + P for bi in b) + sum(b)
-             + 2 * (p - 1) * P)
-        crit = max(range(p), key=lambda i: f[i] + b[i])
-        return t, crit
-    t = (m * v - 1) * cycles[crit] + sum(f) + sum(b) + 2 * (p - 1) * P
-    if schedule == "zb-h1" and p > 1:
-        # deferred weight-gradient passes fill the bubble; only the last W stays on the critical path once
-        # m ≥ p: T = (m+p-1)(F+B) + max(1, m-p+1)·W, i.e. 1F1B minus min(m+p-2, 2(p-1))·W
-        w = sum(s.total.wgrad for s in stages) / p
-        floor = m * max(fi + bi for fi, bi in zip(f, b, strict=True)) + 2 * (m + p - 2) * P
-        t = max(floor, t - min(m + p - 2, 2 * (p - 1)) * w)
-    return t, crit
+    w = [s.total.wgrad / v for s in stages]
+    return job.pipeline.pipeline_time(f, b, w, P, job.num_microbatches, v)
 
 
 def _overlapped_sync(s: StageCost, vpp: int, pp: int, slow: float) -> float:
@@ -146,9 +128,7 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     zero3 = stages[crit].zero3_exposed
     compute = m * (c.fwd_compute + c.bwd_compute + c.overlap_penalty_fwd + c.overlap_penalty_bwd)
     comm = {g: m * c.exposed.get(g, 0.0) for g in ("tp", "cp", "ep")}
-    pp_comm = (2 * (m * v - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
-    if job.schedule == "gpipe":
-        pp_comm = (2 * (m - 1) + 2 * (p - 1)) * P if p > 1 else 0.0
+    pp_comm = job.pipeline.transfers_on_path(p, m, v) * P
     slow = model.calibration.overlap_slowdown
     dp = _dp_exposed(job, stages, P, slow) + _param_gather_exposed(job, stages, P, slow) + m * zero3
     optimizer = max(s.optimizer for s in stages)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import CostModel, default_cost_model
+from trainsim.cost.moe import moe_breakdown
 from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
+from trainsim.metrics import SECONDS_PER_DAY, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
 from trainsim.workload.memory import StageMemory, is_tight, memory_per_stage
 
-SECONDS_PER_DAY = 86400.0
+__all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
+           "training_cost"]
 
 
 class MemoryOut(BaseModel):
@@ -61,7 +64,15 @@ class Prediction(BaseModel):
     training: TrainingOut | None = None
     measured_compute_fraction: float = 0.0
     measured_comm_fraction: float = 0.0
+    approximations: list[str] = []
+    moe: dict[str, Any] | None = None
     job: dict[str, Any]
+    _timeline: Any = PrivateAttr(default=None)
+
+    @property
+    def timeline(self) -> Any:
+        """The event engine's :class:`~trainsim.engine.timeline.Timeline` (``None`` for the analytic engine)."""
+        return self._timeline
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary (the ``--json`` output)."""
@@ -81,11 +92,14 @@ def job_summary(job: Job) -> dict[str, Any]:
         "vpp": par.vpp,
         "cp": par.cp,
         "ep": par.ep,
+        "etp": par.expert_tp,
+        "expert_dp": job.expert_dp,
         "dp": job.dp,
         "sequence_parallel": job.sequence_parallel,
         "schedule": job.schedule,
         "rank_order": par.rank_order,
         "layers_per_stage": list(job.layers_per_stage),
+        "pipeline_layout": par.pipeline_layout,
         "micro_batch_size": tr.micro_batch_size,
         "global_batch_size": tr.global_batch_size,
         "num_microbatches": job.num_microbatches,
@@ -96,8 +110,12 @@ def job_summary(job: Job) -> dict[str, Any]:
         "overlap_param_gather": tr.overlap_param_gather,
         "tp_comm_overlap": tr.tp_comm_overlap,
         "precision": tr.precision,
+        "fp8_recipe": (tr.fp8_recipe or "delayed") if tr.precision == "fp8" else None,
         "attention": tr.attention,
         "num_params": job.model.num_params,
+        "num_active_params": job.model.num_active_params,
+        "mtp_params": job.model.mtp_params,
+        "num_params_without_mtp": job.model.num_params - job.model.mtp_params,
         "dp_engine": job.dp_engine,
         "framework": {**job.framework.model_dump(exclude={"sources"}), "label": job.framework.label},
     }
@@ -106,14 +124,10 @@ def job_summary(job: Job) -> dict[str, Any]:
 def training_cost(job: Job, iteration_time_s: float, tokens: float,
                   price_per_gpu_hour: float | None = None) -> TrainingOut:
     """Days, GPU-hours and dollars to train on ``tokens`` tokens."""
-    if tokens <= 0:
-        raise TrainsimError("training.train_tokens", "must be positive", "give a token count such as 300e9")
     price = job.system.price_per_gpu_hour if price_per_gpu_hour is None else price_per_gpu_hour
-    iterations = tokens / job.tokens_per_iteration
-    seconds = iterations * iteration_time_s
-    gpu_hours = seconds / 3600.0 * job.world_size
-    return TrainingOut(tokens=tokens, iterations=iterations, days=seconds / SECONDS_PER_DAY, gpu_hours=gpu_hours,
-                       cost_usd=gpu_hours * price, price_per_gpu_hour=price)
+    run = training_run(tokens, job.tokens_per_iteration, iteration_time_s, job.world_size, price)
+    return TrainingOut(tokens=run.tokens, iterations=run.iterations, days=run.days, gpu_hours=run.gpu_hours,
+                       cost_usd=run.cost_usd, price_per_gpu_hour=run.price_per_gpu_hour)
 
 
 def memory_report(job: Job) -> MemoryOut:
@@ -141,23 +155,22 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
                                 "use engine='event'")
         est = estimate(job, model)
         extra: dict[str, Any] = {}
+        timeline = None
     elif engine == "event":
-        from trainsim.engine import simulate_job
+        from trainsim.engine import simulate_job_timeline
 
-        est, extra = simulate_job(job, model, **engine_options)
+        est, extra, timeline = simulate_job_timeline(job, model, **engine_options)
     else:
         raise TrainsimError("engine", f"unknown engine {engine!r}", "use 'analytic' or 'event'")
     t = est.iteration_time_s
     flops = iteration_flops(job, flops_convention)
     n = job.world_size
-    dtype = "tf32" if job.training.precision == "fp32" else job.training.precision
-    peak = job.system.gpu.peak_flops.for_dtype(dtype)
+    peak = peak_flops(job)
     tokens = job.tokens_per_iteration
-    m, p, v = job.num_microbatches, job.parallelism.pp, job.parallelism.vpp
     training = None
     if job.training.train_tokens:
         training = training_cost(job, t, job.training.train_tokens)
-    return Prediction(
+    prediction = Prediction(
         engine=engine,
         iteration_time_s=t,
         tokens_per_s=tokens / t,
@@ -167,15 +180,28 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         flops_convention=flops.convention,
         model_tflops_per_gpu=flops.model / t / n / 1e12,
         peak_flops_per_gpu=peak,
-        mfu=flops.model / (t * n * peak),
-        hfu=flops.hardware / (t * n * peak),
+        mfu=utilization(flops.model, t, n, peak),
+        hfu=utilization(flops.hardware, t, n, peak),
         breakdown_s=est.breakdown_s,
-        bubble_fraction=(p - 1) / (m * v + p - 1) if job.schedule != "gpipe" else (p - 1) / (m + p - 1),
+        bubble_fraction=est.breakdown_s.get("pipeline_bubble", 0.0) / t if t > 0 else 0.0,
         stage_busy_s=est.stage_busy_s,
         memory=memory_report(job),
         training=training,
         measured_compute_fraction=est.measured_compute_fraction,
         measured_comm_fraction=est.measured_comm_fraction,
+        approximations=approximations_of(job),
+        moe=moe_breakdown(job, model) if job.model.is_moe else None,
         job=job_summary(job),
         **extra,
     )
+    prediction._timeline = timeline
+    return prediction
+
+
+def approximations_of(job: Job) -> list[str]:
+    """What the prediction models approximately: the model's notes (e.g. from its Hugging Face config), less the
+    default-sequence-length note once the training sequence length is given."""
+    from trainsim.spec.model import SEQ_LENGTH_NOTE
+
+    given = job.training.seq_length is not None
+    return [a for a in job.model.approximations if not (given and a.startswith(SEQ_LENGTH_NOTE))]

@@ -19,6 +19,7 @@ from trainsim.schedule import (
     zb_h1,
 )
 from trainsim.schedule.interleaved import schedule_table, warmup_forwards
+from trainsim.schedule.onef1b import OneF1B
 from trainsim.spec import load_model, load_system
 from trainsim.spec.job import Job
 from trainsim.spec.parallelism import Parallelism
@@ -151,8 +152,9 @@ def test_interleaved_orders_are_complete_and_run(p, groups, v):
 
 # ---- API --------------------------------------------------------------------------------------------------------
 def test_registry_and_errors():
-    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1"}
-    assert get_schedule("1f1b") is onef1b
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}
+    assert isinstance(get_schedule("1f1b"), OneF1B)
+    assert get_schedule("1f1b")(4, 8) == onef1b(4, 8)
     with pytest.raises(TrainsimError, match=r"parallelism\.schedule"):
         get_schedule("dualpipe")
     with pytest.raises(TrainsimError, match=r"multiple of pp"):

@@ -5,6 +5,7 @@ import pytest
 
 from trainsim.cost.comm import group_placements
 from trainsim.errors import TrainsimError
+from trainsim.schedule import get_schedule, searched_schedules
 from trainsim.search.space import (
     OPEN,
     CandidateSpec,
@@ -151,9 +152,12 @@ def test_open_domains_are_valid_values_given_the_outer_choices():
         assert m.num_layers % (c.pp * c.vpp) == 0
         assert c.tp * c.pp * c.cp * c.dp == 64
         assert 64 % (c.micro_batch_size * c.dp) == 0
-        assert (c.schedule == "interleaved") == (c.vpp > 1)
+        assert get_schedule(c.schedule).accepts_chunks(c.vpp)
+        assert c.schedule in searched_schedules(c.vpp) if c.pp > 1 else c.schedule == "1f1b"
         assert c.schedule != "gpipe"  # dominated by 1F1B: only when listed
         assert c.sequence_parallel == (c.tp > 1)
+    assert {c.schedule for c in en.candidates if c.vpp == 2} == {"interleaved", "zb-v", "dualpipev"}
+    assert {c.schedule for c in en.candidates if c.vpp > 2} == {"interleaved"}
     assert {c.tp for c in en.candidates} == {1, 2, 4, 8, 16, 32}  # divisors of 96 heads and of 64 GPUs
     assert {c.cp for c in en.candidates} == {1, 2}  # ≥ 1024 tokens per context-parallel rank at seq 2048
     assert {c.zero_stage for c in en.candidates if c.pp > 1} == {0, 1, 3}  # ZeRO-3 FSDP-style; never ZeRO-2
@@ -200,7 +204,7 @@ def test_open_search_covers_every_valid_combination_of_a_brute_force():
                 continue
             dp = n // (tp * pp * cp)
             for vpp, sched, mbs, rec, zero, sp in itertools.product(
-                    (1, 2, 4, 8), ("1f1b", "zb-h1", "interleaved", "gpipe"), (1, 2, 4, 8, 16),
+                    (1, 2, 4, 8), ("1f1b", "zb-h1", "interleaved", "gpipe", "zb-v", "dualpipev"), (1, 2, 4, 8, 16),
                     ("none", "selective", "full"), (0, 1, 2, 3), (False, True)):
                 try:
                     job = Job(model=model, system=system, num_gpus=n,

@@ -19,13 +19,13 @@ def job(framework: str, **kw):  # type: ignore[no-untyped-def]
 
 def test_model_states_per_parameter_follow_the_profile():
     # Megatron: bf16 weights, fp32 grads, fp32 master + moments = 18 B; HF: bf16 everything, no master = 8 B
-    assert sum(bytes_per_param("bf16", 0, 1, True, load_framework("megatron-core"))) == 18
-    assert sum(bytes_per_param("bf16", 0, 1, False, load_framework("hf-transformers"))) == 8
+    assert sum(bytes_per_param("bf16", 0, 1, True, framework=load_framework("megatron-core"))) == 18
+    assert sum(bytes_per_param("bf16", 0, 1, False, framework=load_framework("hf-transformers"))) == 8
     # 16-bit grads with fp32 master weights: the optimizer keeps an fp32 copy of its gradients (Megatron's 20)
-    assert sum(bytes_per_param("bf16", 0, 1, False, load_framework("megatron-core"))) == 20
+    assert sum(bytes_per_param("bf16", 0, 1, False, framework=load_framework("megatron-core"))) == 20
     # overriding the moments' dtype changes the optimizer states only
     bf16_states = load_framework("megatron-core").replace(exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
-    assert bytes_per_param("bf16", 0, 1, True, bf16_states)[2] == 4 + 2 + 2
+    assert bytes_per_param("bf16", 0, 1, True, framework=bf16_states)[2] == 4 + 2 + 2
 
 
 def test_hf_stack_holds_less_state_and_eager_activations_more():

@@ -37,13 +37,17 @@ def plan_command(
     workers: int | None = typer.Option(None, "--workers", help="worker processes (default: all CPUs)"),
     backend: str = typer.Option("local", "--backend", help="local or ray"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    html: str | None = typer.Option(None, "--html", metavar="FILE",
+                                    help="write an interactive report (one self-contained HTML file)"),
 ) -> None:
     """Naive (100 % utilization) and realistic compute-optimal model sizes for a GPU budget, with their plans."""
+    from trainsim.cli.output import check_outputs
     from trainsim.errors import TrainsimError
     from trainsim.plan import plan
     from trainsim.spec.presets import load_system
     from trainsim.spec.training import Training
 
+    check_outputs({"--html": html})
     sysm = load_system(system)
     if gpus_per_node is not None:
         sysm = sysm.replace(node=sysm.node.replace(gpus_per_node=gpus_per_node))
@@ -57,12 +61,18 @@ def plan_command(
                   training=training, template=template, dims=dims, head_size=head_size, min_aspect=min_aspect,
                   max_aspect=max_aspect, backend=backend, workers=workers)
     data = result.to_json_dict()
+    if html is not None:
+        from trainsim.report.plan import write_plan_report
+
+        write_plan_report(data, html)
     if json_out:
         from trainsim.cli.output import print_json
 
         print_json(data)
         return
     _print(data)
+    if html is not None:
+        print(f"report written to {html}")
 
 
 def _print(d: dict[str, Any]) -> None:

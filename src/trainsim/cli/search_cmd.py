@@ -34,6 +34,8 @@ def search_command(
     plot_color: str = typer.Option("tp", "--plot-color", help="colour points by this dimension"),
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    html: str | None = typer.Option(None, "--html", metavar="FILE",
+                                    help="write an interactive report (one self-contained HTML file)"),
     *,
     job_options: dict[str, Any],
 ) -> None:
@@ -49,7 +51,7 @@ def search_command(
 
     csv = csv and _suffixed(csv, ".csv", "--csv", (".csv",))
     parquet = parquet and _suffixed(parquet, ".parquet", "--parquet", (".parquet", ".pq"))
-    check_outputs({"--csv": csv, "--parquet": parquet, "--plot": plot})
+    check_outputs({"--csv": csv, "--parquet": parquet, "--plot": plot, "--html": html})
     space = space_from_options(given_options(ctx, job_options), others=others, sp=sp)
     calib = load_calibration(calibration, space.system.gpu.generation) if calibration else None
     price = job_options.get("price_per_gpu_hour")
@@ -71,6 +73,11 @@ def search_command(
         written.append(result.write(parquet, top))
     if plot:
         written.append(result.plot(plot, x=plot_x, color=plot_color))
+    if html:
+        from trainsim.report.search import write_search_report
+
+        title = f"Plan search: {space.model.name} on {space.system.name}"
+        written.append(write_search_report(result, html, title=title))
     if json_out:
         from trainsim.cli.output import print_json
 

@@ -40,7 +40,22 @@ def _print_summary(report) -> None:  # type: ignore[no-untyped-def]
         console.print(t)
 
 
+def _clean(x):  # type: ignore[no-untyped-def]
+    """NaN (nothing to report) as JSON null."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
 def _json(report) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    return _clean(_json_raw(report))
+
+
+def _json_raw(report) -> dict:  # type: ignore[no-untyped-def,type-arg]
     return {
         "mape": report.mape(),
         "max_abs_error": report.max_error(),

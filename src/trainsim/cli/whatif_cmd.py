@@ -38,14 +38,18 @@ def whatif_command(
     launch_threshold: float = typer.Option(
         1.03, "--launch-threshold", help="attribute launch delays when T(actual)/T(original) reaches this"
     ),
+    html: Path | None = typer.Option(
+        None, "--html", help="write the interactive SMon page (one self-contained HTML file)"
+    ),
 ) -> None:
     """What-if straggler analysis: how much faster without stragglers, and who is to blame."""
     import json
+    import os
 
     from trainsim.cli.output import check_outputs
     from trainsim.whatif import IdealizeConfig, WhatIf, analyze, parse_steps
 
-    check_outputs({"--heatmap": heatmap, "--timeline": timeline, "--ideal-timeline": ideal_timeline},
+    check_outputs({"--heatmap": heatmap, "--timeline": timeline, "--ideal-timeline": ideal_timeline, "--html": html},
                   {"--out": out})
     cfg = IdealizeConfig(
         group_by=ideal_group,
@@ -68,6 +72,12 @@ def whatif_command(
     if ideal_timeline is not None:
         session.write_timeline(ideal_timeline, "ideal", tl_steps)
         written.append(ideal_timeline)
+    if html is not None:
+        from trainsim.report.whatif import write_whatif_report
+
+        link = os.path.relpath(timeline, html.parent) if timeline is not None else None
+        write_whatif_report(result, html, trace_name=str(trace), timeline_file=link)
+        written.append(html)
     if json_out:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return

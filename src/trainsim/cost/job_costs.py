@@ -20,8 +20,8 @@ from trainsim.cost.comm import Placement, collective_time, placements_of
 from trainsim.cost.compute import op_time
 from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
-from trainsim.workload.memory import stage_parameters
-from trainsim.workload.ops import Collective, CommOp, ComputeOp
+from trainsim.workload.memory import stage_parameter_split
+from trainsim.workload.ops import Collective, CommOp, ComputeOp, Group, exposed_time, overlap_target
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -169,31 +169,28 @@ class StageCost:
 
 
 def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_comm_overlap: bool,
-               recompute_comm: bool = True) -> BlockCost:
+               recompute_comm: bool = True, split_backward: bool = False) -> BlockCost:
     c = model.compute
-    fwd_times = {op.name: c(op) for op in work.fwd}
-    bwd_times = {op.name: c(op) for op in work.bwd}
+    fwd_ops = {op.name: op for op in work.fwd}
+    # a split-backward schedule runs the weight gradients later: collectives cannot hide behind them
+    bwd_ops = {op.name: op for op in work.bwd if not (split_backward and op.is_weight_grad)}
+    times = {op: c(op) for op in (*work.fwd, *work.bwd)}
     fwd = sum(c(op) for op in work.fwd)
     re = sum(c(op) for op in work.recompute)
-    bwd = sum(c(op) for op in work.bwd) + re
-    wgrad = sum(t for name, t in bwd_times.items() if name.endswith("_wgrad"))
+    bwd = sum(times[op] for op in work.bwd) + re
+    wgrad = sum(times[op] for op in work.bwd if op.is_weight_grad)
     measured = sum(c(op) for op in (*work.fwd, *work.bwd, *work.recompute) if model.is_measured(op))
     out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
     slow = model.calibration.overlap_slowdown
 
-    def account(ops: tuple[CommOp, ...], times: dict[str, float], backward: bool) -> None:
+    def account(ops: tuple[CommOp, ...], pass_ops: dict[str, ComputeOp], backward: bool) -> None:
         for op in ops:
             t = model.collective(op, places.get(op.group, places["tp"]))
             out.comm += t
             if model.is_measured(op):
                 out.comm_measured += t
-            hidden_by = times.get(op.hide_behind, 0.0) if op.hide_behind else 0.0
-            can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
-            if can_hide and hidden_by > 0:
-                exposed = max(0.0, t - hidden_by)
-                penalty = slow * min(t, hidden_by)
-            else:
-                exposed, penalty = t, 0.0
+            target, can_hide = overlap_target(op, pass_ops, tp_comm_overlap)
+            exposed, penalty = exposed_time(t, times[target] if target is not None else 0.0, can_hide, slow)
             out.exposed[op.group] = out.exposed.get(op.group, 0.0) + exposed
             if backward:
                 out.exposed_bwd += exposed
@@ -202,10 +199,10 @@ def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_co
                 out.exposed_fwd += exposed
                 out.overlap_penalty_fwd += penalty
 
-    account(work.comm_fwd, fwd_times, backward=False)
-    account(work.comm_bwd, bwd_times, backward=True)
+    account(work.comm_fwd, fwd_ops, backward=False)
+    account(work.comm_bwd, bwd_ops, backward=True)
     if recompute_comm and work.comm_recompute:
-        account(work.comm_recompute, fwd_times, backward=True)
+        account(work.comm_recompute, fwd_ops, backward=True)
     return out
 
 
@@ -221,14 +218,26 @@ def ddp_bucket_params(job: Job) -> float:
 
 
 def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param: float, bucket_params: float,
-              place: Placement) -> tuple[float, float]:
+              place: Placement, group: Group = "dp_cp") -> tuple[float, float]:
     """(all buckets, one bucket) of a data-parallel collective over ``params`` parameters: Megatron's DDP issues one
     collective per bucket, so every bucket pays the collective's latency."""
+    if params <= 0:
+        return 0.0, 0.0
     bucket = min(params, bucket_params)
     full, rest = divmod(params, bucket)
-    one = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", bucket * bytes_per_param), place)
-    tail = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", rest * bytes_per_param), place) if rest else 0.0
+    one = model.collective(CommOp("dp_bucket", kind, group, "bwd", bucket * bytes_per_param), place)
+    tail = model.collective(CommOp("dp_bucket", kind, group, "bwd", rest * bytes_per_param), place) if rest else 0.0
     return full * one + tail, one
+
+
+def _dp_sync(model: CostModel, kind: Collective, dense: float, expert: float, bytes_per_param: float,
+             bucket_params: float, places: dict[str, Placement]) -> tuple[float, float]:
+    """(all buckets, last bucket) of a data-parallel collective: non-expert parameters over dp·cp, routed-expert
+    parameters over the expert-data-parallel group (their own DDP buffers in Megatron-Core)."""
+    d_all, d_one = _bucketed(model, kind, dense, bytes_per_param, bucket_params, places["dp_cp"])
+    e_all, e_one = _bucketed(model, kind, expert, bytes_per_param, bucket_params,
+                             places.get("edp", places["dp_cp"]), "edp")
+    return d_all + e_all, max(d_one, e_one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,11 +332,13 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         if kind not in blocks:
             moe, mode = kind
             sh = shard if mode == shard.recompute else dataclasses.replace(shard, recompute=mode)
-            blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap)
+            blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap,
+                                      split_backward=split)
         return blocks[kind]
 
-    emb = _time_work(embedding_work(job.model, shard), model, places, overlap)
-    head = _time_work(head_work(job.model, shard), model, places, overlap)
+    split = job.pipeline.split_backward
+    emb = _time_work(embedding_work(job.model, shard), model, places, overlap, split_backward=split)
+    head = _time_work(head_work(job.model, shard), model, places, overlap, split_backward=split)
     empty = BlockCost()
 
     e = 4.0 if tr.precision == "fp32" else 2.0
@@ -348,20 +359,22 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         body = BlockCost()
         for kind, count in stage_layer_counts(job, s).items():
             body = body + block(kind).scaled(count)
-        params = stage_parameters(job, s)
+        dense, expert = stage_parameter_split(job, s)
+        params = dense + expert
         grad_sync = grad_bucket = gather = bucket_gather = 0.0
         if sh.reduce_per_step:
-            grad_sync, grad_bucket = _bucketed(model, sh.grad_collective, params, grad_bytes_pp, bucket_params,
-                                               dp_place)
+            grad_sync, grad_bucket = _dp_sync(model, sh.grad_collective, dense, expert, grad_bytes_pp,
+                                              bucket_params, places)
         if sh.gather_per_step:
-            gather, bucket_gather = _bucketed(model, "all_gather", params, sh.param_bytes, bucket_params, dp_place)
+            gather, bucket_gather = _dp_sync(model, "all_gather", dense, expert, sh.param_bytes, bucket_params,
+                                             places)
         emb_sync = 0.0
-        tied_copy = par.pp > 1 and not job.model.untie_embeddings_and_output_weights
-        if tied_copy and s in (0, par.pp - 1):
+        tied_copy = job.head_stage != 0 and not job.model.untie_embeddings_and_output_weights
+        if tied_copy and s in (0, job.head_stage):
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
                                                v_h * grad_bytes_pp), places["embedding"])
-        local = params / shards if tr.zero_stage >= 1 else params
+        local = dense / shards + expert / job.expert_dp if tr.zero_stage >= 1 else params
         opt = model.optimizer_step(local)
         zero3 = 0.0
         comm = zero3_layer_comm(job, model, dp_place, params, layers)
@@ -370,7 +383,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             zero3 = zero3_overhead(n, body.fwd / n, body.bwd / n, comm, slow)
         stages.append(StageCost(
             stage=s, layers=layers, body=body,
-            pre=emb if s == 0 else empty, post=head if s == par.pp - 1 else empty,
+            pre=emb if s == 0 else empty, post=head if s == job.head_stage else empty,
             p2p=p2p, grad_sync=grad_sync, grad_bucket=grad_bucket, param_gather=gather, param_bucket=bucket_gather,
             embedding_sync=emb_sync, optimizer=opt, zero3_exposed=zero3,
         ))

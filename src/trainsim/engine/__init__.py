@@ -42,6 +42,7 @@ __all__ = [
     "op_trace",
     "simulate",
     "simulate_job",
+    "simulate_job_timeline",
     "write_memory_timeline",
     "write_trace",
 ]
@@ -109,14 +110,20 @@ def check_event_size(job: Job, steps: int) -> None:
             "use --engine analytic, fewer --steps, or a larger --micro-batch-size")
 
 
-def simulate_job(job: Job, cost_model: CostModel | None = None, *,
-                 slow_rank: Any = None, slow_stage: Any = None, slow_link: Any = None, seq_len_cv: float = 0.0,
-                 seed: int = 0, steps: int = 1, link_sharing: bool = True,
-                 trace: str | os.PathLike[str] | None = None, trace_detail: str = "auto",
-                 memory_timeline: bool | str | os.PathLike[str] = False,
-                 export_ops: str | os.PathLike[str] | None = None,
-                 export_meta: str | os.PathLike[str] | None = None) -> tuple[Estimate, dict[str, Any]]:
-    """Simulate ``job`` and return its :class:`Estimate` and the extra fields of the prediction.
+def simulate_job(job: Job, cost_model: CostModel | None = None, **options: Any) -> tuple[Estimate, dict[str, Any]]:
+    """Simulate ``job`` and return its :class:`Estimate` and the extra fields of the prediction (the options of
+    :func:`simulate_job_timeline`)."""
+    est, extra, _ = simulate_job_timeline(job, cost_model, **options)
+    return est, extra
+
+
+def simulate_job_timeline(
+        job: Job, cost_model: CostModel | None = None, *, slow_rank: Any = None, slow_stage: Any = None,
+        slow_link: Any = None, seq_len_cv: float = 0.0, seed: int = 0, steps: int = 1, link_sharing: bool = True,
+        trace: str | os.PathLike[str] | None = None, trace_detail: str = "auto",
+        memory_timeline: bool | str | os.PathLike[str] = False, export_ops: str | os.PathLike[str] | None = None,
+        export_meta: str | os.PathLike[str] | None = None) -> tuple[Estimate, dict[str, Any], Timeline]:
+    """Simulate ``job`` and return its :class:`Estimate`, the extra fields of the prediction and the timeline.
 
     ``slow_rank``/``slow_stage``/``slow_link``: ``{key: factor}`` or ``["KEY=FACTOR", ...]``; ``seq_len_cv`` and
     ``seed``: sequence-length variation; ``steps``: steps simulated (and exported). Files: ``trace`` (Chrome/
@@ -167,4 +174,4 @@ def simulate_job(job: Job, cost_model: CostModel | None = None, *,
     if export_ops is not None:
         tp, mp, rows = export_op_trace(tl, export_ops, export_meta)
         extra["op_trace"] = {"trace": str(tp), "meta": str(mp), "rows": rows, "steps": tl.steps}
-    return est, extra
+    return est, extra, tl

@@ -34,7 +34,6 @@ from trainsim.engine.timeline import Timeline
 from trainsim.errors import TrainsimError
 from trainsim.graph.build import Kind
 from trainsim.io import traces as tr
-from trainsim.schedule import SPLIT_BACKWARD
 
 
 def _trial_name(meta_path: str | os.PathLike[str] | None, default: str) -> str:
@@ -51,8 +50,13 @@ def _trial_name(meta_path: str | os.PathLike[str] | None, default: str) -> str:
 def trace_meta(tl: Timeline, trial_name: str) -> tr.TraceMeta:
     """Released-schema metadata of a simulated job."""
     par = tl.job.parallelism
+    groups: tuple[int, ...] = ()
+    if par.ep > 1:
+        from trainsim.graph.topology import Layout
+
+        groups = tuple(int(x) for x in Layout.of(tl.job).ep_coupling())
     return tr.TraceMeta(trial_name=trial_name, dp_size=tl.job.dp, pp_size=par.pp, tp_size=par.tp,
-                        dsp_size=par.cp, vpp_size=par.vpp)
+                        dsp_size=par.cp, vpp_size=par.vpp, ep_groups=groups)
 
 
 def _unit_ops(tl: Timeline) -> pd.DataFrame:
@@ -120,7 +124,7 @@ def _unit_ops(tl: Timeline) -> pd.DataFrame:
 
 def op_trace(tl: Timeline) -> pd.DataFrame:
     """The released-schema table of a timeline (not yet validated)."""
-    if tl.job.schedule in SPLIT_BACKWARD:
+    if tl.job.pipeline.split_backward:
         raise TrainsimError("export_ops", f"the {tl.job.schedule} schedule splits off weight-gradient work, which "
                             "the released trace schema cannot represent",
                             "export a 1f1b, gpipe or interleaved run")

@@ -6,11 +6,13 @@ is the same for every micro-batch of a stage, so it is simulated once here, at o
 * the **compute stream** runs the compute ops of :mod:`trainsim.workload.layers` in order (backward ops in true
   backward order: modules reversed, data gradient before weight gradient; the recompute forward of a layer right
   before its backward);
-* the **comm stream** runs the layer's TP/SP, CP and EP collectives (FIFO). A collective the framework overlaps
-  (``always_overlapped``, or TP ones under ``--tp-comm-overlap``) starts with the compute op it hides behind and the
-  next op waits for it; while it runs, compute progresses ``1 + overlap_slowdown`` times slower (Proteus' overlap
-  factor, applied as a rate: the fluid version of the analytic ``overlap_slowdown · min(t, x)``). Other collectives
-  block the compute stream right before (all-gathers) or after (reductions) the op they serve.
+* the **comm stream** runs the layer's TP/SP and CP collectives (FIFO), and the **ep stream** the MoE token
+  dispatch/combine all-to-alls and the expert-TP gathers (Megatron-Core and DeepEP issue them on their own
+  stream). A collective the framework overlaps (``always_overlapped``, or TP ones under ``--tp-comm-overlap``)
+  starts with the compute op it hides behind and the next op waits for it; while it runs, compute progresses
+  ``1 + overlap_slowdown`` times slower (Proteus' overlap factor, applied as a rate: the fluid version of the
+  analytic ``overlap_slowdown · min(t, x)``). Other collectives block the compute stream right before (all-gathers) or
+  after (reductions) the op they serve.
 
 With ZeRO-3 the per-layer parameter all-gathers (prefetched one layer ahead) and gradient reduce-scatters run on the
 data-parallel stream of the chunk and are simulated the same way.
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 from trainsim.cost.comm import Placement
 from trainsim.cost.job_costs import Zero3Comm, zero3_layer_comm
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work
-from trainsim.workload.ops import CommOp, ComputeOp
+from trainsim.workload.ops import CommOp, ComputeOp, Role, overlap_target
 
 if TYPE_CHECKING:
     from trainsim.cost.job_costs import CostModel
@@ -51,14 +53,16 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "moe_dispatch_grad": ("moe_permute_grad", "before"),
 }
 
-COMPUTE, COMM, DP = "compute", "comm", "dp"
+COMPUTE, COMM, DP, EP = "compute", "comm", "dp", "ep"
+#: groups whose collectives run on the expert-parallel stream (token dispatch/combine, expert-TP gather/scatter)
+EP_GROUPS = frozenset({"ep", "etp"})
 
 
 @dataclass(frozen=True)
 class Slice:
     """One op inside a template, relative to the template's start (seconds)."""
 
-    stream: str  # compute | comm | dp
+    stream: str  # compute | comm | ep | dp
     name: str
     start: float
     end: float
@@ -107,11 +111,11 @@ def _add(a: Mapping[str, float], b: Mapping[str, float], k: float = 1.0) -> dict
     return out
 
 
-def _root(name: str) -> str:
-    for suffix in ("_dgrad", "_wgrad", "_grad"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+def _root(op: ComputeOp) -> str:
+    """The forward op a backward op belongs to (its ``grad_of``, else the ``_grad`` naming convention)."""
+    if op.grad_of:
+        return op.grad_of
+    return op.name[:-5] if op.name.endswith("_grad") else op.name
 
 
 def backward_order(fwd: Iterable[ComputeOp], bwd: Iterable[ComputeOp]) -> list[ComputeOp]:
@@ -126,8 +130,8 @@ def backward_order(fwd: Iterable[ComputeOp], bwd: Iterable[ComputeOp]) -> list[C
 
     def key(item: tuple[int, ComputeOp]) -> tuple[int, int, int]:
         i, op = item
-        pos = position.get(_root(op.name), -1)
-        return (-pos if pos >= 0 else 1, 1 if op.name.endswith("_wgrad") else 0, i)
+        pos = position.get(_root(op), -1)
+        return (-pos if pos >= 0 else 1, 1 if op.is_weight_grad else 0, i)
 
     return [op for _, op in sorted(enumerate(ops), key=key)]
 
@@ -162,27 +166,35 @@ class _Comm:
 
 
 def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostModel,
-                 places: Mapping[str, Placement], tp_comm_overlap: bool) -> BlockTime:
-    """Simulate compute ops and their collectives on the compute and comm streams (see module docstring)."""
+                 places: Mapping[str, Placement], tp_comm_overlap: bool,
+                 moved: Mapping[str, ComputeOp] | None = None) -> BlockTime:
+    """Simulate compute ops and their collectives on the compute and comm streams (see module docstring).
+
+    Which collective hides behind which op follows :func:`~trainsim.workload.ops.overlap_target` (the rule the
+    analytic costs use); ``moved``: weight gradients of this pass that a split-backward schedule runs later."""
+    moved = moved or {}
     slow = model.calibration.overlap_slowdown
     names = {op.name: i for i, op in reversed(list(enumerate(compute)))}
+    by_name = {op.name: op for op in reversed(compute)}
+    input_grad_of = {op.grad_of: i for i, op in reversed(list(enumerate(compute)))
+                     if op.grad_of and op.role is Role.INPUT_GRAD}
     comms: list[_Comm] = []
     for op in comm:
         place = places.get(op.group, places["tp"])
         t = model.collective(op, place)
         if t <= 0.0:
             continue
-        can_hide = op.always_overlapped or (tp_comm_overlap and op.group == "tp")
-        target = op.hide_behind if op.hide_behind in names else ""
-        if target and can_hide:
-            anchor, mode = names[target], "with"
-        elif target:
-            anchor, mode = names[target], "before" if op.collective == "all_gather" else "after"
+        target, can_hide = overlap_target(op, by_name, tp_comm_overlap)
+        gone = moved.get(op.hide_behind)  # its weight-gradient target moved to the W action
+        if target is not None and can_hide:
+            anchor, mode = names[target.name], "with"
+        elif target is not None:
+            anchor, mode = names[target.name], "before" if op.collective == "all_gather" else "after"
         elif op.name in ANCHORS and ANCHORS[op.name][0] in names:
             name, mode = ANCHORS[op.name]
             anchor = names[name]
-        elif op.hide_behind.endswith("_wgrad") and op.hide_behind[:-6] + "_dgrad" in names:
-            anchor, mode = names[op.hide_behind[:-6] + "_dgrad"], "after"
+        elif gone is not None and gone.grad_of in input_grad_of:  # right after the same GEMM's input gradient
+            anchor, mode = input_grad_of[gone.grad_of], "after"
         else:
             anchor, mode = max(len(compute) - 1, 0), "after"
         comms.append(_Comm(op, t, anchor, mode, place.crosses_nodes))
@@ -190,7 +202,8 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
     for c in comms:
         by_anchor.setdefault((c.anchor, c.mode), []).append(c)
 
-    t = cfree = 0.0
+    t = 0.0
+    free = {COMM: 0.0, EP: 0.0}  # TP/CP collectives and the MoE dispatch/combine run on separate streams
     busy: list[tuple[float, float]] = []
     slices: list[Slice] = []
     exposed: dict[str, float] = {}
@@ -198,12 +211,14 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
     compute_busy = slowdown = quadratic = internode = internode_exposed = nbytes = 0.0
 
     def issue(c: _Comm, at: float) -> tuple[float, float]:
-        nonlocal cfree, internode, nbytes
-        cs = max(at, cfree)
+        nonlocal internode, nbytes
+        stream = EP if c.op.group in EP_GROUPS else COMM
+        cs = max(at, free[stream])
         ce = cs + c.time
-        cfree = ce
+        free[stream] = ce
         busy.append((cs, ce))
-        slices.append(Slice(COMM, c.op.name, cs, ce, c.op.group, c.op.nbytes))
+        busy.sort()
+        slices.append(Slice(stream, c.op.name, cs, ce, c.op.group, c.op.nbytes))
         comm_total[c.op.group] = comm_total.get(c.op.group, 0.0) + c.time
         nbytes += c.op.nbytes
         if c.internode:
@@ -231,7 +246,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
         slices.append(Slice(COMPUTE, op.name, t, end))
         compute_busy += end - t
         slowdown += (end - t) - w
-        if _root(op.name) in QUADRATIC_OPS or op.kind == "attention":
+        if _root(op) in QUADRATIC_OPS or op.kind == "attention":
             quadratic += w
         t = end
         for ce, c in sorted(waits, key=lambda x: x[0]):
@@ -321,19 +336,22 @@ class BlockLibrary:
         self._chunks: dict[tuple[object, ...], ChunkTemplate] = {}
 
     # ---- blocks ---------------------------------------------------------------------------------------------------
-    def _simulate(self, ops: list[ComputeOp], comm: Iterable[CommOp]) -> BlockTime:
-        return simulate_ops(ops, comm, self.model, self.places, self.tp_comm_overlap)
+    def _simulate(self, ops: list[ComputeOp], comm: Iterable[CommOp],
+                  moved: Mapping[str, ComputeOp] | None = None) -> BlockTime:
+        return simulate_ops(ops, comm, self.model, self.places, self.tp_comm_overlap, moved)
 
     def _work_block(self, work: Work, kind: str, split: bool) -> BlockTime:
         if kind == "F":
             return self._simulate(list(work.fwd), work.comm_fwd)
         bwd = backward_order(work.fwd, work.bwd)
         if kind == "W":
-            return self._simulate([op for op in bwd if op.name.endswith("_wgrad")], ())
+            return self._simulate([op for op in bwd if op.is_weight_grad], ())
+        moved: dict[str, ComputeOp] = {}
         if split:
-            bwd = [op for op in bwd if not op.name.endswith("_wgrad")]
+            moved = {op.name: op for op in bwd if op.is_weight_grad}
+            bwd = [op for op in bwd if not op.is_weight_grad]
         re = self._simulate(list(work.recompute), work.comm_recompute) if work.recompute else BlockTime()
-        return re.then(self._simulate(bwd, work.comm_bwd))
+        return re.then(self._simulate(bwd, work.comm_bwd, moved))
 
     def layer(self, kind: str, moe: bool, recompute: str, split: bool = False) -> BlockTime:
         """One transformer layer: ``kind`` F, B (recompute included) or W; ``split``: B without weight gradients."""

@@ -40,10 +40,10 @@ from trainsim.cost.comm import Placement, placements_of
 from trainsim.cost.job_costs import StageCost, ddp_bucket_params, stage_costs
 from trainsim.graph.blocks import BlockLibrary, ChunkTemplate, ceil_div, zero3_costs
 from trainsim.graph.topology import Layout
-from trainsim.schedule import BACKWARD, FORWARD, SPLIT_BACKWARD, WEIGHT, StageOrder, orders_for
+from trainsim.schedule import BACKWARD, FORWARD, WEIGHT, StageOrder
 from trainsim.schedule.interleaved import warmup_forwards as interleaved_warmup
 from trainsim.workload.layers import shard_of
-from trainsim.workload.memory import stage_parameters
+from trainsim.workload.memory import stage_parameter_split, stage_parameters
 from trainsim.workload.ops import CommOp
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import chunk_layers
@@ -223,7 +223,7 @@ def _levels(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.nd
 def chunk_parameters(job: Job, stage: int) -> list[float]:
     """Parameters of each model chunk of one GPU of ``stage`` (embedding on the first, head on the last chunk)."""
     model, par = job.model, job.parallelism
-    tp, pp, v = par.tp, par.pp, par.vpp
+    tp, v = par.tp, par.vpp
     total = stage_parameters(job, stage)
     v_h = model.padded_vocab_size(tp) * model.hidden_size / tp
     norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
@@ -231,8 +231,8 @@ def chunk_parameters(job: Job, stage: int) -> list[float]:
     if stage == 0:
         emb = v_h + (model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute"
                      else 0.0)
-    if stage == pp - 1:
-        head = norm + (v_h if (model.untie_embeddings_and_output_weights or pp > 1) else 0.0)
+    if stage == job.head_stage:
+        head = norm + (v_h if (model.untie_embeddings_and_output_weights or job.head_stage != 0) else 0.0)
     layers = (total - emb - head) / v
     out = [layers] * v
     out[0] += emb
@@ -243,7 +243,7 @@ def chunk_parameters(job: Job, stage: int) -> list[float]:
 def _layernorm_parameters(job: Job, stage: int) -> float:
     model = job.model
     norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
-    n = 2 * job.layers_per_stage[stage] + (1 if stage == job.parallelism.pp - 1 else 0)
+    n = 2 * job.layers_per_stage[stage] + (1 if stage == job.head_stage else 0)
     return n * norm
 
 
@@ -270,21 +270,25 @@ class GraphBuilder:
         self.layout = Layout.of(job)
         self.costs = stage_costs(job, model)
         self.lib = BlockLibrary(job, model, self.places, shard_of(job))
-        self.split = job.schedule in SPLIT_BACKWARD
+        self.schedule = job.pipeline
+        self.split = self.schedule.split_backward
         if p2p_mode is None:
-            if job.schedule == "interleaved":
-                p2p_mode = "overlap" if tr.overlap_p2p_comm else "blocking-steps"
-            elif job.schedule in SPLIT_BACKWARD:
-                p2p_mode = "overlap"  # zero-bubble schedules post sends/receives asynchronously
-            else:
-                p2p_mode = "blocking"
+            p2p_mode = self.schedule.p2p_mode(tr.overlap_p2p_comm)
         if p2p_mode not in P2P_MODES:
             raise ValueError(f"unknown p2p mode {p2p_mode!r}")
         self.p2p_mode = p2p_mode
-        self.orders = orders_for(job)
+        self.orders = self.schedule.orders(self.p, self.m, self.v, self._chunk_times())
         self.b = _Builder()
         self.templates: list[ChunkTemplate] = []
         self._tmpl_index: dict[int, int] = {}
+
+    def _chunk_times(self) -> tuple[float, float, float]:
+        """Mean chunk forward, input-gradient and weight-gradient times (for cost-aware schedule generators)."""
+        n = self.p * self.v
+        f = sum(c.fwd for c in self.costs) / n
+        w = sum(c.total.wgrad for c in self.costs) / n
+        b = sum(c.bwd for c in self.costs) / n - w
+        return f, b, w
 
     # ---- templates --------------------------------------------------------------------------------------------
     def _chunk_layers(self, s: int, c: int) -> tuple[tuple[bool, str], ...]:
@@ -293,8 +297,9 @@ class GraphBuilder:
     def _template(self, s: int, c: int, kind: str) -> int:
         zero3 = zero3_costs(self.job, self.model, self.places, stage_parameters(self.job, s),
                             self.job.layers_per_stage[s])
-        t = self.lib.chunk(kind, self._chunk_layers(s, c), first=(s == 0 and c == 0),
-                           last=(s == self.p - 1 and c == self.v - 1), split=self.split, zero3=zero3)
+        vs = int(self.schedule.vstage(self.p, s, c))
+        t = self.lib.chunk(kind, self._chunk_layers(s, c), first=(vs == 0), last=(vs == self.pv - 1),
+                           split=self.split, zero3=zero3)
         key = id(t)
         if key not in self._tmpl_index:
             self._tmpl_index[key] = len(self.templates)
@@ -317,7 +322,7 @@ class GraphBuilder:
         b_id = np.full((pv, m), -1, dtype=np.int64)
         w_id = np.full((pv, m), -1, dtype=np.int64)
         for s, o in enumerate(self.orders):
-            vs = o.chunk.astype(np.int64) * p + s
+            vs = self.schedule.vstage(p, s, o.chunk)
             ids = b.add(len(o), kind=o.kind, stage=s, mb=o.microbatch, chunk=o.chunk, vstage=vs,
                         tmpl=tmpl_ids[s, o.chunk, o.kind])
             comp_ids.append(ids)
@@ -329,19 +334,17 @@ class GraphBuilder:
         xf = np.full((pv, m), -1, dtype=np.int64)
         xb = np.full((pv, m), -1, dtype=np.int64)
         act_bytes = self._activation_bytes()
-        if p > 1:
-            vs_f, mb_f = np.meshgrid(np.arange(pv - 1), np.arange(m), indexing="ij")
-            send_stage = vs_f % p
-            xf[:-1] = b.add(vs_f.size, kind=Kind.SEND_F, stage=send_stage.ravel(), peer=((vs_f + 1) % p).ravel(),
-                            mb=mb_f.ravel(), chunk=(vs_f // p).ravel(), vstage=vs_f.ravel(),
-                            cost=np.array([c.p2p for c in self.costs])[send_stage.ravel()],
-                            nbytes=act_bytes).reshape(pv - 1, m)
-            vs_b, mb_b = np.meshgrid(np.arange(1, pv), np.arange(m), indexing="ij")
-            send_stage = vs_b % p
-            xb[1:] = b.add(vs_b.size, kind=Kind.SEND_B, stage=send_stage.ravel(), peer=((vs_b - 1) % p).ravel(),
-                           mb=mb_b.ravel(), chunk=(vs_b // p).ravel(), vstage=vs_b.ravel(),
-                           cost=np.array([c.p2p for c in self.costs])[send_stage.ravel()],
-                           nbytes=act_bytes).reshape(pv - 1, m)
+        if pv > 1:
+            p2p = np.array([c.p2p for c in self.costs])
+            for table, lo, step, kind in ((xf, 0, 1, Kind.SEND_F), (xb, 1, -1, Kind.SEND_B)):
+                vs_x, mb_x = np.meshgrid(np.arange(lo, lo + pv - 1), np.arange(m), indexing="ij")
+                send_stage, send_chunk = self.schedule.rank_of(p, vs_x.ravel())
+                peer, _ = self.schedule.rank_of(p, vs_x.ravel() + step)
+                local = peer == send_stage  # the turn of a V: the next chunk is on the same rank
+                table[lo:lo + pv - 1] = b.add(
+                    vs_x.size, kind=kind, stage=send_stage, peer=peer, mb=mb_x.ravel(), chunk=send_chunk,
+                    vstage=vs_x.ravel(), cost=np.where(local, 0.0, p2p[send_stage]),
+                    nbytes=np.where(local, 0.0, act_bytes)).reshape(pv - 1, m)
         tails: list[list[int]] = []
         for s, o in enumerate(self.orders):
             tails.append(self._program(s, o, comp_ids[s], starts[s], xf, xb))
@@ -360,10 +363,14 @@ class GraphBuilder:
         n = len(o)
         kind = o.kind.astype(np.int64)
         mb = o.microbatch.astype(np.int64)
-        vs = o.chunk.astype(np.int64) * p + s
+        vs = self.schedule.vstage(p, s, o.chunk)
+        # a lane is one direction to one peer: forwards and backwards, and in a V each chunk's (they go to
+        # different neighbours)
+        side = o.chunk.astype(np.int64) % 2 if self.schedule.v_shape else np.zeros(n, dtype=np.int64)
+        lanes = [(kind == code) & (side == c) for code in (FORWARD, BACKWARD) for c in np.unique(side).tolist()]
         send = np.full(n, -1, dtype=np.int64)
         recv = np.full(n, -1, dtype=np.int64)
-        if p > 1:
+        if pv > 1:
             sel = (kind == FORWARD) & (vs < pv - 1)
             send[sel] = xf[vs[sel], mb[sel]]
             sel = (kind == BACKWARD) & (vs > 0)
@@ -372,8 +379,8 @@ class GraphBuilder:
             recv[sel] = xf[vs[sel] - 1, mb[sel]]
             sel = (kind == BACKWARD) & (vs < pv - 1)
             recv[sel] = xb[vs[sel] + 1, mb[sel]]
-            for code in (FORWARD, BACKWARD):  # FIFO per link direction, in the sender's order
-                chain = send[(kind == code) & (send >= 0)]
+            for sel in lanes:  # FIFO per link direction, in the sender's order
+                chain = send[sel & (send >= 0)]
                 b.edge(chain[:-1], chain[1:])
         b.edge(start, ids[0])
         has_send = send >= 0
@@ -383,18 +390,18 @@ class GraphBuilder:
             # a receive is posted after the previous action of the same direction; the first forward's at the
             # start, the first backward's after the last warm-up forward (Megatron-Core's recv_next)
             post = np.full(n, start, dtype=np.int64)
-            for code in (FORWARD, BACKWARD):
-                pos = np.flatnonzero(kind == code)
+            for sel in lanes:
+                pos = np.flatnonzero(sel)
                 post[pos[1:]] = ids[pos[:-1]]
-                if code == BACKWARD and pos.size and pos[0] > 0:
+                if pos.size and pos[0] > 0 and kind[pos[0]] == BACKWARD:
                     post[pos[0]] = ids[pos[0] - 1]
             has_recv = recv >= 0
             b.edge(post[has_recv], recv[has_recv])
             b.recv_pred.update(zip(recv[has_recv].tolist(), post[has_recv].tolist(), strict=True))
             b.edge(recv[has_recv], ids[has_recv])
             tail = [int(ids[-1])]
-            for code in (FORWARD, BACKWARD):
-                last = send[(kind == code) & has_send]
+            for sel in lanes:
+                last = send[sel & has_send]
                 if last.size:
                     tail.append(int(last[-1]))
             return tail
@@ -449,6 +456,18 @@ class GraphBuilder:
     def _collective(self, name: str, kind: str, group: str, nbytes: float) -> float:
         return self.model.collective(CommOp(name, kind, group, "bwd", nbytes), self.places[group])  # type: ignore
 
+    def _dp_bucket(self, name: str, kind: str, nbytes: float, expert_frac: float) -> float:
+        """A data-parallel bucket whose routed-expert share ``expert_frac`` is reduced over the expert-data-parallel
+        group and the rest over dp·cp (Megatron-Core keeps separate expert buffers; priced as the two collectives)."""
+        if expert_frac <= 0.0 or "edp" not in self.places:
+            return self._collective(name, kind, "dp_cp", nbytes)
+        dense = self._collective(name, kind, "dp_cp", nbytes * (1.0 - expert_frac)) if expert_frac < 1 else 0.0
+        return dense + self._collective(name, kind, "edp", nbytes * expert_frac)
+
+    def _expert_fraction(self, stage: int) -> float:
+        dense, expert = stage_parameter_split(self.job, stage)
+        return expert / (dense + expert) if dense + expert > 0 else 0.0
+
     def _step_tail(self, starts: np.ndarray, comp_ids: list[np.ndarray], tails: list[list[int]], b_id: np.ndarray,
                    w_id: np.ndarray, f_id: np.ndarray) -> None:
         b, p, v = self.b, self.p, self.v
@@ -461,18 +480,19 @@ class GraphBuilder:
         dp_last: list[int] = [-1] * p
         for s in range(p):
             params = chunk_parameters(job, s)
+            frac = self._expert_fraction(s)
             dp_prev = int(starts[s])
             # parameter all-gather: chunks in forward order, buckets from the first layers
             if gather:
                 last_ag = -1
                 for c in range(v):
                     sizes = buckets_of(params[c], bucket_params)[::-1]
-                    first_f = int(f_id[c * p + s, self._first_mb(s, c, FORWARD)])
+                    first_f = int(f_id[int(self.schedule.vstage(p, s, c)), self._first_mb(s, c, FORWARD)])
                     done = 0.0
                     for k, size in enumerate(sizes):
                         nb = size * e
                         t = b.one(kind=Kind.PARAM_AG, stage=s, chunk=c, bucket=len(sizes) - 1 - k, sync=True,
-                                  cost=self._collective("param_gather", "all_gather", "dp_cp", nb), nbytes=nb)
+                                  cost=self._dp_bucket("param_gather", "all_gather", nb, frac), nbytes=nb)
                         b.edge(dp_prev, t)
                         dp_prev = last_ag = t
                         if sh.overlap_param_gather:
@@ -487,13 +507,13 @@ class GraphBuilder:
                 grad_src = w_id if self.split else b_id
                 order = sorted(range(v), key=lambda c: self._last_position(s, c))
                 for c in order:
-                    last_bwd = int(grad_src[c * p + s, self._last_mb(s, c)])
+                    last_bwd = int(grad_src[int(self.schedule.vstage(p, s, c)), self._last_mb(s, c)])
                     sizes = buckets_of(params[c], bucket_params)
                     cum = np.cumsum(sizes) / params[c]
                     for k, size in enumerate(sizes):
                         nb = size * grad_bytes
                         t = b.one(kind=Kind.GRAD_RS, stage=s, chunk=c, bucket=k, sync=True,
-                                  cost=self._collective("grad_bucket", grad_kind, "dp_cp", nb), nbytes=nb)
+                                  cost=self._dp_bucket("grad_bucket", grad_kind, nb, frac), nbytes=nb)
                         b.edge(dp_prev, t)
                         b.edge(last_bwd, t, float(min(1.0, cum[k])))
                         dp_prev = t
@@ -508,22 +528,24 @@ class GraphBuilder:
             b.edge(np.asarray(tails[s]), ln)
             ln_ids[s] = ln
         gs_last = ln_ids.copy()
-        tied = p > 1 and not job.model.untie_embeddings_and_output_weights
+        head = job.head_stage
+        tied = head != 0 and not job.model.untie_embeddings_and_output_weights
         if tied:
-            arrive = b.add(2, kind=Kind.ARRIVE, stage=np.array([0, p - 1]))
-            b.edge(ln_ids[[0, p - 1]], arrive)
-            emb = b.one(kind=Kind.EMB_AR, stage=0, peer=p - 1, cost=self.costs[0].embedding_sync)
+            arrive = b.add(2, kind=Kind.ARRIVE, stage=np.array([0, head]))
+            b.edge(ln_ids[[0, head]], arrive)
+            emb = b.one(kind=Kind.EMB_AR, stage=0, peer=head, cost=self.costs[0].embedding_sync)
             b.edge(arrive, emb)
-            gs_last[[0, p - 1]] = emb
+            gs_last[[0, head]] = emb
         for s in range(p):
             if reduce and not sh.overlap_grad_reduce:
                 params = chunk_parameters(job, s)
+                frac = self._expert_fraction(s)
                 prev = int(gs_last[s])
                 for c in reversed(range(v)):
                     for k, size in enumerate(buckets_of(params[c], bucket_params)):
                         nb = size * grad_bytes
                         t = b.one(kind=Kind.GRAD_RS, stage=s, chunk=c, bucket=k, sync=True,
-                                  cost=self._collective("grad_bucket", grad_kind, "dp_cp", nb), nbytes=nb)
+                                  cost=self._dp_bucket("grad_bucket", grad_kind, nb, frac), nbytes=nb)
                         b.edge([prev, dp_last[s]], t)
                         prev = dp_last[s] = t
                         rs_ids[s].append(t)
@@ -595,9 +617,11 @@ class GraphBuilder:
         rows: list[tuple[np.ndarray, np.ndarray, int, np.ndarray | bool]] = []
         p2p = g.ids(*P2P_KINDS)
         if p2p.size:
-            crosses = self.layout.p2p_crosses_nodes()[0]  # replica 0's links (one per sender stage)
-            # a backward transfer from s goes to s - 1: the link (s - 1) -> s
-            link = np.where(g.kind[p2p] == Kind.SEND_F, g.stage[p2p], g.peer[p2p])
+            crosses = self.layout.p2p_crosses_nodes()[0]  # replica 0's links: s -> s + 1 (mod pp)
+            p2p = p2p[g.stage[p2p] != g.peer[p2p]]  # the turn of a V stays on its rank
+            a, c = g.stage[p2p].astype(np.int64), g.peer[p2p].astype(np.int64)
+            # link s joins s and s + 1 (mod pp), whichever way the transfer goes
+            link = np.where(c == (a + 1) % self.p, a, c)
             inter = crosses[link]
             rows.append((p2p, g.stage[p2p], OUT, inter))
             rows.append((p2p, g.peer[p2p], IN, inter))

@@ -12,12 +12,12 @@ import math
 from dataclasses import dataclass
 
 from trainsim.errors import TrainsimError
+from trainsim.metrics import SECONDS_PER_DAY
 
 CHINCHILLA_PARAMS_COEF = 0.089
 CHINCHILLA_TOKENS_COEF = 1.875
 #: Chinchilla tokens per parameter implied by the two coefficients (≈ 21.07).
 TOKENS_PER_PARAM = CHINCHILLA_TOKENS_COEF / CHINCHILLA_PARAMS_COEF
-SECONDS_PER_DAY = 86400.0
 
 
 @dataclass(frozen=True)

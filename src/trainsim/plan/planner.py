@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainsim.errors import TrainsimError, TrainsimWarning
+from trainsim.metrics import training_run
 from trainsim.plan.budget import Budget, chinchilla_point, chinchilla_tokens, make_budget
 from trainsim.plan.shapes import (
     DEFAULT_HEAD_SIZE,
@@ -147,9 +148,9 @@ class PlanResult:
                                  "mfu": None, "cost_usd": None}
         if self.naive is not None and self.naive.best is not None:
             b = self.naive.best
-            days = self.naive_tokens / b.tokens_per_s / 86400.0 if b.tokens_per_s else None
-            naive.update(days=days, mfu=b.mfu,
-                         cost_usd=days * 24.0 * b.num_gpus * self.budget.price_per_gpu_hour if days else None,
+            run = (training_run(self.naive_tokens, b.tokens_per_s, 1.0, b.num_gpus, self.budget.price_per_gpu_hour)
+                   if b.tokens_per_s else None)
+            naive.update(days=run.days if run else None, mfu=b.mfu, cost_usd=run.cost_usd if run else None,
                          shape={"layers": self.naive.shape.layers, "hidden_size": self.naive.shape.hidden_size,
                                 "num_attention_heads": self.naive.shape.heads, "params": self.naive.shape.params},
                          plan=self._plan_dict(b))

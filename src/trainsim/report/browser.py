@@ -75,7 +75,7 @@ class LoadedPage:
 
 
 def open_report(browser: Any, path: str | os.PathLike[str], width: int = 1360, height: int = 900) -> LoadedPage:
-    """Open ``path`` from ``file://`` in a new page and wait until the figures are drawn."""
+    """Open ``path`` from ``file://`` in a new page and wait until it is drawn (``<body data-ready="1">``)."""
     page = browser.new_page(viewport={"width": width, "height": height})
     url = Path(path).resolve().as_uri()
     loaded = LoadedPage(page, url)
@@ -83,7 +83,9 @@ def open_report(browser: Any, path: str | os.PathLike[str], width: int = 1360, h
     page.on("pageerror", lambda exc: loaded.page_errors.append(str(exc)))
     page.on("request", lambda req: loaded.requests.append(req.url))
     page.goto(url, wait_until="load")
-    page.wait_for_function("() => window.TRAINSIM_FIGS !== undefined && "
-                           "Array.from(document.querySelectorAll('.fig')).every(d => d.querySelector('.main-svg'))",
-                           timeout=30_000)
+    try:
+        page.wait_for_selector('body[data-ready="1"]', state="attached", timeout=60_000)
+    except Exception as exc:  # playwright's TimeoutError: say what the page reported
+        raise RuntimeError(f"{path} did not finish drawing: page errors {loaded.page_errors}, console errors "
+                           f"{loaded.console_errors}") from exc
     return loaded

@@ -132,7 +132,7 @@ def _gantt(allocations: pd.DataFrame, jobs: pd.DataFrame, scale: float, unit: st
         "height": height, "hovermode": "closest", "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
         "xaxis": {"title": {"text": f"time ({unit})"}},
         "yaxis": {"title": {"text": "job"}, "type": "category", "categoryorder": "array", "categoryarray": order,
-                  "autorange": "reversed"}}}
+                  "range": [len(order) - 0.5, -0.5]}}}
 
 
 def utilisation_series(allocations: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:

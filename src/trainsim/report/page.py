@@ -36,6 +36,9 @@ PLOTLY_CONFIG: dict[str, Any] = {
 PALETTE: tuple[str, ...] = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
                             "#CCB974", "#64B5CD")
 GOOD, BAD, WARN, MUTED = "#2e7d32", "#c62828", "#ef6c00", "#6b7280"
+#: Sequential white-to-red scale for slowdowns (ColorBrewer Reds, as the PNG heatmap).
+REDS: list[list[Any]] = [[i / 8, c] for i, c in enumerate(
+    ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"))]
 
 _CSS = """
 :root { --fg:#1f2937; --muted:#6b7280; --line:#e5e7eb; --bg:#f8fafc; --card:#ffffff; --accent:#1f4e99; }
@@ -103,6 +106,31 @@ document.querySelectorAll('table.sortable').forEach(function (table) {
 });
 """
 
+#: Timelines built in the browser from compact slices (``{r: rows, g: groups, s: starts µs, d: durations µs,
+#: n: name indices}``): one line-segment trace per group, hover text per slice.
+_SEGMENTS_JS = """
+window.TRAINSIM_SEGMENTS = function (ev, o) {
+  var G = o.groups, R = o.rows, traces = [];
+  var width = Math.max(1.5, Math.min(18, 0.7 * o.plotHeight / Math.max(R.length, 1)));
+  for (var g = 0; g < G.length; g++) {
+    var x = [], y = [], t = [];
+    for (var k = 0; k < ev.r.length; k++) {
+      if (ev.g[k] !== g) continue;
+      var s = ev.s[k] / o.unitUs, e = (ev.s[k] + ev.d[k]) / o.unitUs, row = R[ev.r[k]];
+      var label = (ev.n && o.names) ? o.names[ev.n[k]] : G[g][0];
+      var txt = label + '<br>' + row + '<br>' + s.toFixed(4) + ' → ' + e.toFixed(4) + ' ' + o.unit + ' (' +
+        (ev.d[k] / 1000).toFixed(3) + ' ms)';
+      x.push(s, (s + e) / 2, e, null); y.push(row, row, row, null); t.push(txt, txt, txt, null);
+    }
+    if (!x.length) continue;
+    traces.push({type: 'scatter', mode: 'lines', x: x, y: y, hovertext: t, hoverinfo: 'text', name: G[g][0],
+                 legendgroup: G[g][0], showlegend: o.showlegend !== false, xaxis: o.xaxis || 'x',
+                 yaxis: o.yaxis || 'y', line: {color: G[g][1], width: width * (G[g][2] ? 0.45 : 1)}});
+  }
+  return traces;
+};
+"""
+
 #: Draw every figure from its inline JSON.
 _FIGURES_JS = """
 window.TRAINSIM_FIGS = {};
@@ -110,6 +138,9 @@ document.querySelectorAll('script.fig-data').forEach(function (el) {
   var spec = JSON.parse(el.textContent);
   var div = document.getElementById(el.getAttribute('data-target'));
   window.TRAINSIM_FIGS[div.id] = Plotly.newPlot(div, spec.data, spec.layout, spec.config);
+});
+Promise.all(Object.values(window.TRAINSIM_FIGS)).then(function () {
+  if (!window.TRAINSIM_DEFER_READY) { document.body.setAttribute('data-ready', '1'); }
 });
 """
 
@@ -286,6 +317,8 @@ class Page:
         self.sections: list[Section] = []
         self.scripts: list[str] = []
         self.data: dict[str, Any] = {}
+        #: A page script sets ``data-ready`` on the body itself (after drawing what it draws).
+        self.defer_ready = False
 
     def section(self, title: str, intro: str = "", anchor: str = "") -> Section:
         """Add and return a new section."""
@@ -311,6 +344,8 @@ class Page:
             intro = f'<p class="intro">{esc(s.intro)}</p>' if s.intro else ""
             body.append(f"<section{anchor}><h2>{esc(s.title)}</h2>{intro}{''.join(s.parts)}</section>")
         data = f"window.TRAINSIM_DATA = {_script_json(self.data)};"
+        if self.defer_ready:
+            data += "window.TRAINSIM_DEFER_READY = true;"
         return "\n".join([
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
@@ -326,7 +361,7 @@ class Page:
             f"<footer>trainsim {esc(__version__)} · {esc(self.kind)} report · self-contained "
             "(no network needed)</footer>",
             f"<script>{data}</script>",
-            f"<script>{_FIGURES_JS}{_TABLE_JS}</script>",
+            f"<script>{_SEGMENTS_JS}{_FIGURES_JS}{_TABLE_JS}</script>",
             *(f"<script>{js}</script>" for js in self.scripts),
             "</body></html>",
         ])
@@ -352,6 +387,8 @@ def fmt_pct(x: float | None, digits: int = 1) -> str:
     """A fraction as a percentage."""
     if x is None or not math.isfinite(x):
         return "–"
+    if abs(x * 100) < 0.5 * 10 ** -digits:
+        x = 0.0  # no "-0 %"
     return f"{x * 100:.{digits}f} %"
 
 

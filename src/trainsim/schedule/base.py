@@ -12,11 +12,14 @@ virtual stage ``c·p + s``. Without interleaving ``v = 1`` and the chunk is alwa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from trainsim.errors import TrainsimError
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from trainsim._lazy_numpy import np
 
 FORWARD, BACKWARD, WEIGHT = 0, 1, 2
 KIND_NAMES = ("F", "B", "W")

@@ -11,10 +11,16 @@ stalls the pipeline), and so does this function.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
 from trainsim.schedule.base import BACKWARD, FORWARD, StageOrder, check_sizes, make_order
+from trainsim.schedule.pipeline import P2PMode, PipelineSchedule
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from trainsim._lazy_numpy import np
 
 
 def schedule_table(m: int, v: int, group: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,3 +71,42 @@ def interleaved(p: int, m: int, v: int = 1) -> tuple[StageOrder, ...]:
             f"choose the global batch so that gbs/(mbs·dp) is a multiple of {p}",
         )
     return tuple(interleaved_stage(p, s, m, v) for s in range(p))
+
+
+class Interleaved(PipelineSchedule):
+    """Interleaved 1F1B with ``vpp`` virtual stages per rank (Megatron-Core)."""
+
+    name = "interleaved"
+    summary = "interleaved 1F1B with --vpp model chunks per rank (Narayanan et al. 2021); needs m % pp == 0"
+    interleaves = True
+
+    def build_orders(self, p: int, m: int, v: int,
+                     costs: tuple[float, float, float] | None = None) -> tuple[StageOrder, ...]:
+        return interleaved(p, m, v)
+
+    def p2p_mode(self, overlap_p2p_comm: bool) -> P2PMode:
+        """Non-blocking sends/receives with ``overlap_p2p_comm`` (Megatron-Core's default), else one batched call
+        per step."""
+        return "overlap" if overlap_p2p_comm else "blocking-steps"
+
+    def in_flight(self, stage: int, p: int, m: int, v: int) -> float:
+        return min(warmup_forwards(p, stage, m, v) + 1, m * v) / v
+
+    def bubble_fraction(self, p: int, m: int, v: int = 1, f: float = 1.0, b: float = 2.0, w: float = 0.0) -> float:
+        """``(p − 1)/(v·m + p − 1)``."""
+        return (p - 1) / (v * m + p - 1)
+
+    def accepts_microbatches(self, p: int, m: int) -> bool:
+        return m % p == 0
+
+    def check(self, p: int, m: int, v: int) -> None:
+        if v == 1:
+            raise TrainsimError("parallelism.schedule", "the interleaved schedule needs vpp > 1",
+                                "give --vpp (virtual stages per rank)")
+        if not self.accepts_microbatches(p, m):
+            raise TrainsimError(
+                "training.global_batch_size",
+                f"the interleaved schedule needs micro-batches per pipeline ({m}) divisible by pp = {p} "
+                "(Megatron-Core refuses a last micro-batch group smaller than pp)",
+                "make gbs/(mbs·dp) a multiple of pp, or use the non-interleaved 1f1b schedule",
+            )

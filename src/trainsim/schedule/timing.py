@@ -30,9 +30,10 @@ class ScheduleTiming:
 
 
 def time_schedule(orders: tuple[StageOrder, ...], v: int = 1, f: float = 1.0, b: float = 2.0,
-                  w: float = 0.0, p2p: float = 0.0) -> ScheduleTiming:
+                  w: float = 0.0, p2p: float = 0.0, v_shape: bool = False) -> ScheduleTiming:
     """Time a schedule: ``f``, ``b``, ``w`` are the durations of one forward, backward and weight-gradient action of
-    one chunk on any stage; ``p2p`` delays every hand-over between stages."""
+    one chunk on any stage; ``p2p`` delays every hand-over between ranks; ``v_shape``: V placement (chunk 1 of rank
+    ``s`` is virtual stage ``2p − 1 − s``, see :class:`~trainsim.schedule.pipeline.PipelineSchedule`)."""
     p = len(orders)
     last_vs = p * v - 1
     dur = (f, b, w)
@@ -50,7 +51,8 @@ def time_schedule(orders: tuple[StageOrder, ...], v: int = 1, f: float = 1.0, b:
         for s in range(p):
             while pos[s] < len(kinds[s]):
                 i = pos[s]
-                k, mb, vs = kinds[s][i], mbs[s][i], chunks[s][i] * p + s
+                k, mb, c = kinds[s][i], mbs[s][i], chunks[s][i]
+                vs = c * p + (p - 1 - s if v_shape and c % 2 else s)
                 if k == FORWARD:
                     dep = (FORWARD, vs - 1, mb) if vs > 0 else None
                 elif k == BACKWARD:
@@ -61,8 +63,9 @@ def time_schedule(orders: tuple[StageOrder, ...], v: int = 1, f: float = 1.0, b:
                 if dep is not None:
                     if dep not in done:
                         break
-                    same_stage = dep[1] == vs
-                    ready = done[dep] + (0.0 if same_stage else p2p)
+                    dep_vs = dep[1]
+                    dep_rank = dep_vs % p if not (v_shape and (dep_vs // p) % 2) else p - 1 - dep_vs % p
+                    ready = done[dep] + (0.0 if dep_rank == s else p2p)
                 t0 = max(clock[s], ready)
                 t1 = t0 + dur[k]
                 done[(k, vs, mb)] = t1

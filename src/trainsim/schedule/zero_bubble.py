@@ -11,6 +11,7 @@ stages the bubble is ``(p − 1)(F + B − W)`` instead of 1F1B's ``(p − 1)(F 
 from __future__ import annotations
 
 from trainsim.schedule.base import BACKWARD, FORWARD, WEIGHT, StageOrder, check_sizes, make_order
+from trainsim.schedule.pipeline import P2PMode, PipelineSchedule
 
 
 def zb_h1_stage(p: int, s: int, m: int) -> StageOrder:
@@ -60,3 +61,40 @@ def zb_h1(p: int, m: int, v: int = 1) -> tuple[StageOrder, ...]:
     """ZB-H1 order of every stage."""
     check_sizes("zb-h1", p, m, v)
     return tuple(zb_h1_stage(p, s, m) for s in range(p))
+
+
+class ZBH1(PipelineSchedule):
+    """ZB-H1: 1F1B's memory, deferred weight gradients fill the drain bubble."""
+
+    name = "zb-h1"
+    summary = "zero-bubble ZB-H1 (Qi et al. 2024): split backward, deferred weight gradients, 1F1B memory"
+    split_backward = True
+    searched = True
+
+    def build_orders(self, p: int, m: int, v: int,
+                     costs: tuple[float, float, float] | None = None) -> tuple[StageOrder, ...]:
+        return zb_h1(p, m, v)
+
+    def p2p_mode(self, overlap_p2p_comm: bool) -> P2PMode:
+        """Sends and receives are posted asynchronously."""
+        return "overlap"
+
+    def in_flight(self, stage: int, p: int, m: int, v: int) -> float:
+        return float(min(p - stage, m))
+
+    def pipeline_time(self, f: list[float], b: list[float], w: list[float], P: float, m: int,
+                      v: int) -> tuple[float, int]:
+        """1F1B less ``min(m + p − 2, 2(p − 1))·W`` (exact on uniform stages: ``(m + p − 1)(F + B) +
+        max(1, m − p + 1)·W``), never below the busiest stage's own work."""
+        t, crit = super().pipeline_time(f, b, w, P, m, v)
+        p = len(f)
+        if p == 1:
+            return t, crit
+        wbar = sum(w) / p
+        floor = m * max(fi + bi for fi, bi in zip(f, b, strict=True)) + 2 * (m + p - 2) * P
+        return max(floor, t - min(m + p - 2, 2 * (p - 1)) * wbar), crit
+
+    def bubble_fraction(self, p: int, m: int, v: int = 1, f: float = 1.0, b: float = 2.0, w: float = 0.0) -> float:
+        """Bubble ``(p − 1)(f + b − w)`` against ``m(f + b + w)`` of work (Qi et al. 2024, Table 1)."""
+        bubble = (p - 1) * (f + b - w)
+        return bubble / (m * (f + b + w) + bubble)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainsim.errors import TrainsimWarning
 from trainsim.estimate import BREAKDOWN_KEYS, estimate
-from trainsim.predictor import SECONDS_PER_DAY
+from trainsim.metrics import cost_per_iteration, peak_flops, training_run, utilization
 from trainsim.search.space import CandidateSpec, build_job
 from trainsim.workload.flops import iteration_flops
 from trainsim.workload.memory import is_tight, memory_per_stage
@@ -132,20 +132,14 @@ class Candidate:
         self.mfu = mfu
         self.hfu = hfu
         self.tokens_per_s = tokens_per_iteration / t
-        self.cost_per_iteration_usd = t / 3600.0 * self.num_gpus * price_per_gpu_hour
+        self.cost_per_iteration_usd = cost_per_iteration(t, self.num_gpus, price_per_gpu_hour)
         if train_tokens:
-            seconds = train_tokens / tokens_per_iteration * t
-            self.training_days = seconds / SECONDS_PER_DAY
-            self.gpu_hours = seconds / 3600.0 * self.num_gpus
-            self.cost_usd = self.gpu_hours * price_per_gpu_hour
+            run = training_run(train_tokens, tokens_per_iteration, t, self.num_gpus, price_per_gpu_hour)
+            self.training_days = run.days
+            self.gpu_hours = run.gpu_hours
+            self.cost_usd = run.cost_usd
         else:
             self.training_days = self.gpu_hours = self.cost_usd = None
-
-
-def peak_flops(job: Job) -> float:
-    """Peak FLOP/s per GPU for the job's precision (as :func:`trainsim.predict` counts MFU)."""
-    dtype = "tf32" if job.training.precision == "fp32" else job.training.precision
-    return job.system.gpu.peak_flops.for_dtype(dtype)
 
 
 def _memory(job: Job) -> tuple[bool, float]:
@@ -162,9 +156,10 @@ def _evaluate_job(ctx: EvalContext, job: Job, memory: tuple[bool, float]) -> tup
     est = estimate(job, default_cost_model(job, ctx.calibration))
     t = est.iteration_time_s
     flops = iteration_flops(job)
-    denom = t * job.world_size * peak_flops(job)
+    peak_gpu = peak_flops(job)
     breakdown = tuple(est.breakdown_s[k] for k in BREAKDOWN_KEYS)
-    return job.num_nodes, fits, peak, t, flops.model / denom, flops.hardware / denom, breakdown
+    return (job.num_nodes, fits, peak, t, utilization(flops.model, t, job.world_size, peak_gpu),
+            utilization(flops.hardware, t, job.world_size, peak_gpu), breakdown)
 
 
 def evaluate_spec(ctx: EvalContext, spec: CandidateSpec) -> tuple[Any, ...]:

@@ -36,6 +36,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field, field_validator, model_validator
 
 from trainsim.errors import TrainsimError, TrainsimWarning
+from trainsim.schedule import SCHEDULE_NAMES, default_schedule, get_schedule, searched_schedules
 from trainsim.spec.base import Spec
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
@@ -54,10 +55,10 @@ DIMENSIONS: tuple[str, ...] = (
     "sequence_parallel", "rank_order",
 )
 INT_DIMENSIONS = frozenset({"num_gpus", "tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "zero_stage"})
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
-#: Open schedule domain with vpp = 1: GPipe is left out (same bubble as 1F1B, every micro-batch in flight; Megatron-LM
-#: does not implement it) — list it explicitly to include it.
-OPEN_SCHEDULES = ("1f1b", "zb-h1")
+SCHEDULES = SCHEDULE_NAMES
+#: Open schedule domain with vpp = 1 (from the registry's ``searched`` flags): GPipe is left out (same bubble as 1F1B,
+#: every micro-batch in flight; Megatron-LM does not implement it) — list it explicitly to include it.
+OPEN_SCHEDULES = searched_schedules(1)
 #: Open context parallelism keeps at least this many tokens of each sequence per rank (list larger cp explicitly).
 MIN_TOKENS_PER_CP_RANK = 1024
 RECOMPUTE = ("none", "selective", "full")
@@ -453,17 +454,16 @@ class _Enumerator:
         return tuple(divisors(self.layers // pp))
 
     def schedule_values(self, pp: int, vpp: int) -> tuple[str, ...]:
-        listed = self.given("schedule", "interleaved" if vpp > 1 else "1f1b")
+        listed = self.given("schedule", default_schedule(vpp))
         if listed is not None:
             if pp == 1:  # without pipeline parallelism every schedule runs the same micro-batch loop
-                mapped = tuple(dict.fromkeys("1f1b" if s != "interleaved" else s for s in listed))
+                mapped = tuple(dict.fromkeys(s if get_schedule(s).interleaves else default_schedule(1)
+                                             for s in listed))
                 return mapped
             return listed
         if pp == 1:
-            return ("1f1b",)
-        if vpp > 1:
-            return ("interleaved",)
-        return OPEN_SCHEDULES
+            return (default_schedule(1),)
+        return searched_schedules(vpp)
 
     def mbs_values(self, dp: int) -> tuple[int, ...]:
         listed = self.given("micro_batch_size", self.tr.micro_batch_size)
@@ -532,7 +532,7 @@ class _Enumerator:
             if layer_work(model, shards[0], moe) != layer_work(model, shards[1], moe):
                 return False
             sizes = [layer_activation_bytes(model, mbs, self.seq, tp, cp, sp, mode, probe.attention_path, e, moe,
-                                            q, fusion) for mode in ("none", "selective")]
+                                            q, fusion=fusion) for mode in ("none", "selective")]
             if sizes[0] != sizes[1]:
                 return False
         flops = [iteration_flops(probe.model_copy(update={"training": tr.model_copy(update={
@@ -593,8 +593,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
             open_vpp = en.given("vpp", 1) is None
             for (vpp, schedule), mbs, recompute, zero, sp in itertools.product(
                     pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp)):
-                if vpp > 1 and open_vpp and (en.gbs // (mbs * dp)) % pp:
-                    continue  # interleaving needs micro-batches divisible by pp: not an open value for this mbs
+                if open_vpp and not get_schedule(schedule).accepts_microbatches(pp, en.gbs // (mbs * dp)):
+                    continue  # e.g. interleaving needs micro-batches divisible by pp: not an open value for this mbs
                 if (recompute == "selective" and "none" in recompute_values
                         and en.selective_is_none(probe, tp, cp, ep, sp, mbs)):
                     out.equivalent += per_combination

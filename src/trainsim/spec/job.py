@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
+from trainsim.schedule import default_schedule, get_schedule
 from trainsim.spec.base import Spec
 from trainsim.spec.framework import DEFAULT_FRAMEWORK, Framework, load_framework
 from trainsim.spec.limits import MAX_GPUS
@@ -16,6 +17,9 @@ from trainsim.spec.parallelism import Parallelism, Schedule
 from trainsim.spec.pipeline_split import virtual_stage_layers
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
+
+if TYPE_CHECKING:
+    from trainsim.schedule import PipelineSchedule
 
 
 class Job(Spec):
@@ -82,7 +86,17 @@ class Job(Spec):
         par = self.parallelism
         if par.schedule is not None:
             return par.schedule
-        return "interleaved" if par.vpp > 1 else "1f1b"
+        return default_schedule(par.vpp)
+
+    @cached_property
+    def pipeline(self) -> PipelineSchedule:
+        """The pipeline schedule object (order, placement, memory, closed form)."""
+        return get_schedule(self.schedule)
+
+    @cached_property
+    def head_stage(self) -> int:
+        """Pipeline rank holding the LM head (the last rank, or rank 0 for V-shaped schedules)."""
+        return self.pipeline.head_stage(self.parallelism.pp, self.parallelism.vpp)
 
     @property
     def num_microbatches(self) -> int:
@@ -242,6 +256,10 @@ def validate_job(job: Job) -> None:
             "choose ep and --expert-tensor-parallel-size whose product divides tp·cp·dp (Megatron's parallel "
             "folding builds the expert grid etp × ep × edp from the attention grid's ranks)",
         )
+    if m.is_moe and tp > 1 and not par.sequence_parallel:
+        warn("parallelism.sequence_parallel",
+             f"Megatron-Core requires --sequence-parallel for MoE with tp = {tp}; the MoE layers are modelled on "
+             "sequence-parallel tokens as Megatron would run them")
     if par.etp is not None and par.etp > 1 and not m.is_moe:
         raise TrainsimError("parallelism.etp", "expert tensor parallelism needs a model with experts",
                             "drop --expert-tensor-parallel-size for dense models")
@@ -271,18 +289,11 @@ def validate_job(job: Job) -> None:
     # pipeline
     if vpp > 1 and pp == 1:
         raise TrainsimError("parallelism.vpp", "virtual stages need pipeline parallelism", "use pp > 1 or vpp 1")
-    schedule = job.schedule
-    if schedule == "interleaved" and vpp == 1:
-        raise TrainsimError(
-            "parallelism.schedule", "the interleaved schedule needs vpp > 1", "give --vpp (virtual stages per rank)"
-        )
-    if vpp > 1 and schedule != "interleaved":
-        raise TrainsimError(
-            "parallelism.schedule",
-            f"vpp = {vpp} needs the interleaved schedule, not {schedule}",
-            "use --schedule interleaved or leave --schedule out",
-        )
-    virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
+    vsl = virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
+    if job.pipeline.v_shape and len(set(vsl)) > 1:
+        raise TrainsimError("parallelism.pipeline_layout",
+                            f"the V-shaped {job.schedule} schedule needs the same layers in every virtual stage",
+                            "use an even split (no first/last stage sizes, layout or --account-for-*)")
     # batch
     mbs, gbs = tr.micro_batch_size, tr.global_batch_size
     if gbs % (mbs * dp):
@@ -292,12 +303,7 @@ def validate_job(job: Job) -> None:
             "make the global batch a multiple of mbs·dp",
         )
     microbatches = gbs // (mbs * dp)
-    if schedule == "interleaved" and microbatches % pp:
-        raise TrainsimError(
-            "training.global_batch_size",
-            f"the interleaved schedule needs micro-batches per pipeline ({microbatches}) divisible by pp = {pp}",
-            "make gbs/(mbs·dp) a multiple of pp, or use the non-interleaved 1f1b schedule",
-        )
+    job.pipeline.check(pp, microbatches, vpp)
     # sequence / context parallelism
     seq = job.seq_length
     if cp > 1 and m.causal and seq % (2 * cp):
@@ -338,6 +344,29 @@ def validate_job(job: Job) -> None:
             "use --zero-stage 1 (distributed optimizer) or 3 (FSDP-style: parameters gathered once per step) "
             "with pp > 1",
         )
+    if tr.fp8_recipe is not None and tr.precision != "fp8":
+        raise TrainsimError("training.fp8_recipe", f"--fp8-recipe {tr.fp8_recipe} with {tr.precision} training",
+                            "add --fp8 (or drop --fp8-recipe)")
+    if tr.precision == "fp8":
+        from trainsim.workload.fp8 import recipe_cost
+
+        recipe = recipe_cost(tr.fp8_recipe)
+        known = sysm.gpu.generation in {"volta", "ampere", "ada", "hopper", "blackwell"}
+        if known and sysm.gpu.peak_flops.fp8 is not None and sysm.gpu.generation not in recipe.generations:
+            raise TrainsimError(
+                "training.fp8_recipe",
+                f"{tr.fp8_recipe or 'delayed'} scaling does not run on {sysm.gpu.name} ({sysm.gpu.generation})",
+                f"use a recipe for {sysm.gpu.generation} GPUs (mxfp8 needs Blackwell), or a "
+                f"{'/'.join(recipe.generations)} system",
+            )
+    if "mla_up_proj" in tr.recompute_modules and not m.multi_latent_attention:
+        raise TrainsimError("training.recompute_modules", "mla_up_proj needs multi-latent attention",
+                            "drop mla_up_proj for models without MLA")
+    if "moe_act" in tr.recompute_modules and not m.is_moe:
+        raise TrainsimError("training.recompute_modules", "moe_act needs a model with experts", "drop moe_act")
+    if tr.moe_a2a_overlap and par.ep == 1:
+        raise TrainsimError("training.moe_a2a_overlap", "overlapping the expert all-to-all needs ep > 1",
+                            "use --ep > 1 or drop --overlap-moe-expert-parallel-comm")
     if tr.precision == "fp8" and sysm.gpu.peak_flops.fp8 is None:
         raise TrainsimError(
             "training.precision",

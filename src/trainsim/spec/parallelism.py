@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
+from trainsim.schedule import SCHEDULE_NAMES
 from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
 
-Schedule = Literal["1f1b", "gpipe", "interleaved", "zb-h1"]
+if TYPE_CHECKING:
+    Schedule = str
+else:  # the registered schedule names (trainsim.schedule.SCHEDULES)
+    Schedule = Literal[SCHEDULE_NAMES]
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 

@@ -35,6 +35,15 @@ def worker_matrix(result: WhatIfResult) -> tuple[np.ndarray, list[int], list[int
     return mat, dps, stages
 
 
+def step_worker_matrix(result: WhatIfResult, step: int) -> np.ndarray:
+    """``matrix[stage, dp index]`` of one step's worker slowdowns: ``min(S_dp, S_stage)`` of that step (the same
+    rule as the mean heatmap, on the per-step attributions ``step_by_dp_rank`` and ``step_by_stage``)."""
+    _, dps, stages = worker_matrix(result)
+    by_dp = result.step_by_dp_rank.loc[step, dps].to_numpy(dtype=float)
+    by_stage = result.step_by_stage.loc[step, stages].to_numpy(dtype=float)
+    return np.minimum(by_stage[:, None], by_dp[None, :])
+
+
 def plot_worker_heatmap(
     result: WhatIfResult, path: str | os.PathLike[str], vmin: float = 1.0, vmax: float = 1.5
 ) -> None:

@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from trainsim.workload import fusion as fz
+from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.fusion import Fusion, fusion_of
+from trainsim.workload.layers import expert_rows
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -81,9 +83,11 @@ class StageMemory(BaseModel):
         return self.total_bytes - self.other_bytes
 
 
-def bytes_per_param(precision: str, zero_stage: int, shards: int, grads_fp32: bool | None = None,
+def bytes_per_param(precision: str, zero_stage: int, shards: int,
+                    grads_fp32: bool | None = None, fp8_recipe: str | None = None,
                     framework: Framework | None = None) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter after ZeRO sharding over ``shards`` ranks.
+    """(weights, gradients, optimizer) bytes per parameter after ZeRO sharding over ``shards`` ranks (FP8: plus the
+    recipe's FP8 weight copies).
 
     With a ``framework``, the optimizer holds its master weights (``main_params_dtype``; none when the optimizer
     updates the parameters themselves), its two moments (``exp_avg_dtype``, ``exp_avg_sq_dtype``) and, when
@@ -104,7 +108,7 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int, grads_fp32: bo
     else:  # 16-bit params and grads: the optimizer also keeps fp32 main grads
         w, g, o = 2.0, 2.0, 16.0
     if precision == "fp8":
-        w += 1.0
+        w += recipe_cost(fp8_recipe).weight_copy_bytes
     if zero_stage >= 1:
         o /= shards
     if zero_stage >= 2:
@@ -114,14 +118,27 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int, grads_fp32: bo
     return w, g, o
 
 
+def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
+    """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies)."""
+    if precision == "fp8":
+        return recipe_cost(fp8_recipe).saved_input_bytes
+    return 4.0 if precision == "fp32" else 2.0
+
+
 def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp: int, sequence_parallel: bool,
                            recompute: str, attention: str, act_bytes: float = 2.0, moe: bool = False,
-                           gemm_input_bytes: float | None = None, fusion: Fusion | None = None) -> float:
+                           gemm_input_bytes: float | None = None, etp: int | None = None,
+                           recompute_modules: tuple[str, ...] = (), fusion: Fusion | None = None) -> float:
     """Activation bytes one layer keeps for one micro-batch until its backward pass.
 
-    ``gemm_input_bytes`` is the size of a saved linear-layer input element (1 with FP8, else ``act_bytes``).
-    ``attention`` is the attention path (``flash``, ``unfused``, ``eager``); ``fusion`` the stack's elementwise
-    fusions (eager RMSNorm keeps its fp32 input and normalised output, eager SwiGLU its SiLU output).
+    ``gemm_input_bytes`` is the size of a saved linear-layer input element (:func:`saved_input_bytes`). MLA keeps
+    its latents and the up-projected Q/K/V (the latter recomputed instead with ``mla_up_proj`` in
+    ``recompute_modules``); an MoE layer keeps the router probabilities, the permuted expert inputs of the busiest
+    rank (``etp`` is the expert tensor-parallel size), the expert FC1 output and FC2 input (``moe_act`` recomputes the
+    activation instead of keeping the FC2 input), the expert outputs for the routing-weight gradient, and the
+    shared expert's tensors. ``attention`` is the attention path (``flash``, ``unfused``, ``eager``); ``fusion``
+    the stack's elementwise fusions (eager RMSNorm keeps its fp32 input and normalised output, eager SwiGLU its
+    SiLU output; dropout masks only where the stack runs dropout).
     """
     fusion = fusion or Fusion()
     s = seq // cp
@@ -136,11 +153,21 @@ def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp
     heads, groups = model.num_attention_heads / tp, model.query_groups / tp
     hd = 1.0 if model.hidden_dropout > 0 and fusion.dropout else 0.0
     ad = model.attention_dropout > 0 and fusion.dropout
+    sb = s * b
     # attention block
-    total = (e + q) * sbh / rep  # norm input, QKV input
-    total += e * s * b * (heads + groups) * d  # Q, K
-    total += e * s * b * groups * d  # V
-    total += q * s * b * heads * d  # projection input (attention output)
+    if model.multi_latent_attention:
+        qr, kvr, rope, vd = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_pos_emb_head_dim, model.v_dim
+        total = e * sbh / rep + q * sbh  # norm input, down-projection input (gathered: the down-projections
+        total += (e + q) * sb * (qr + kvr) + e * sb * rope  # are replicated over TP); latents and their norms
+        if "mla_up_proj" not in recompute_modules:
+            total += e * sb * heads * (2 * d + vd)  # Q, K (with RoPE parts) and V of the local heads
+        total += q * sb * heads * vd  # projection input
+    else:
+        vd = d
+        total = (e + q) * sbh / rep  # norm input, QKV input
+        total += e * sb * (heads + groups) * d  # Q, K
+        total += e * sb * groups * d  # V
+        total += q * sb * heads * d  # projection input (attention output)
     total += hd * sbh / rep  # dropout mask after the projection
     if attention != "flash":
         if recompute != "selective":
@@ -152,30 +179,36 @@ def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp
     if not fusion.norm and model.normalization == "RMSNorm":  # eager RMSNorm: fp32 input and its normalised copy
         total += 2 * (4 + 4) * sbh / rep
     # MLP block
-    total += (e + q) * sbh / rep if not moe else e * sbh / rep  # norm input, FC1 input
+    total += e * sbh / rep  # norm input
+    mult = 2 if model.swiglu else 1
     if moe:
-        tokens = s * b * model.moe_router_topk
-        up = (2 if model.swiglu else 1) * model.expert_ffn_size / tp
-        total += q * tokens * h  # permuted expert input
-        total += e * tokens * up + q * tokens * model.expert_ffn_size / tp  # activation input, FC2 input
+        etp_ = tp if etp is None else etp
+        copies, rows = expert_rows(model, sb, tp, etp_)
+        total += 2 * 4.0 * sb / tp * (model.num_experts or 0)  # router logits and probabilities (fp32)
+        f = model.expert_ffn_size / etp_
+        total += q * rows * h  # permuted expert input (after the expert-TP all-gather)
+        total += e * rows * mult * f  # FC1 output = activation input
+        if "moe_act" not in recompute_modules:
+            total += q * rows * f  # FC2 input
+        total += e * copies * h  # expert outputs for the routing-weight gradient
+        shared = model.moe_shared_expert_intermediate_size or 0
+        if shared:
+            total += q * sbh / rep + e * sb * mult * shared / tp + q * sb * shared / tp
     else:
-        up = (2 if model.swiglu else 1) * model.ffn_size / tp
-        total += e * s * b * up + q * s * b * model.ffn_size / tp
+        total += q * sbh / rep  # FC1 input
+        total += e * sb * mult * model.ffn_size / tp + q * sb * model.ffn_size / tp
         if model.swiglu and not fusion.bias_activation:  # eager silu(gate) * up keeps the SiLU output too
-            total += e * s * b * model.ffn_size / tp
+            total += e * sb * model.ffn_size / tp
     total += hd * sbh / rep
     return total
 
 
 def in_flight_microbatches(schedule: str, stage: int, pp: int, num_microbatches: int, vpp: int = 1) -> float:
-    """Micro-batches (in units of a whole stage's layers) whose activations a stage holds at its peak."""
-    m = num_microbatches
-    if schedule == "gpipe":
-        return float(m)
-    if schedule == "interleaved":
-        chunks = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
-        return chunks / vpp
-    return float(min(pp - stage, m))
+    """Micro-batches (in units of a whole stage's layers) whose activations a stage holds at its peak (owned by the
+    schedule: :meth:`~trainsim.schedule.pipeline.PipelineSchedule.in_flight`)."""
+    from trainsim.schedule import get_schedule
+
+    return get_schedule(schedule).in_flight(stage, pp, num_microbatches, vpp)
 
 
 def stage_parameters(job: Job, stage: int) -> float:
@@ -194,7 +227,7 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     multi-token-prediction modules.
     """
     model, par = job.model, job.parallelism
-    tp, pp, ep, etp = par.tp, par.pp, par.ep, par.expert_tp
+    tp, ep, etp = par.tp, par.ep, par.expert_tp
     norm = model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
     attn = (model.attention_params - model.attention_replicated_params) / tp + model.attention_replicated_params
     dense_mlp = (model.dense_mlp_params - norm) / tp + norm
@@ -210,9 +243,10 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
         params += v_h
         if model.position_embedding_type == "learned_absolute":
             params += model.seq_length * model.hidden_size
-    if stage == pp - 1:
+    head = job.head_stage
+    if stage == head:
         params += norm
-        if model.untie_embeddings_and_output_weights or pp > 1:
+        if model.untie_embeddings_and_output_weights or head != 0:
             params += v_h
         if model.mtp_num_layers:
             h = model.hidden_size
@@ -233,40 +267,47 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     sh = sharding_of(job)
     fw = job.framework
     fusion = fusion_of(job)
-    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32, fw)
+    path = job.attention_path
+    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
-    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32, fw)
+    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
     if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
         weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
 
-    q = 1.0 if tr.precision == "fp8" else e
+    q = saved_input_bytes(tr.precision, tr.fp8_recipe)
+    etp, mods = par.expert_tp, tuple(tr.recompute_modules)
     per_mb = 0.0
     full_layer = 0.0
     for (is_moe, mode), count in stage_layer_counts(job, stage).items():
-        per_mb += count * layer_activation_bytes(model, b, seq, tp, cp, sp, mode, job.attention_path, e, is_moe,
-                                                 q, fusion)
+        per_mb += count * layer_activation_bytes(model, b, seq, tp, cp, sp, mode, path, e, is_moe, q, etp,
+                                                 mods, fusion)
         if mode == "full":  # the layer being recomputed holds its whole working set during its backward
-            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none",
-                                                                job.attention_path, e, is_moe, q, fusion))
+            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none", path, e,
+                                                                is_moe, q, etp, mods, fusion))
     tokens = b * seq / cp
     if stage == 0 and model.hidden_dropout > 0 and fusion.dropout:
         per_mb += tokens * model.hidden_size / (tp if sp else 1)  # embedding dropout mask
-    inflight = in_flight_microbatches(job.schedule, stage, pp, job.num_microbatches, par.vpp)
+    if stage == job.head_stage and model.mtp_num_layers:  # MTP: its layer, the 2h-wide projection input, norms
+        mtp = layer_activation_bytes(model, b, seq, tp, cp, sp, tr.recompute_granularity, path, e,
+                                     model.is_moe, q, etp, mods, fusion)
+        per_mb += model.mtp_num_layers * (mtp + (2 * q + 4 * e) * tokens * model.hidden_size)
+    schedule = job.pipeline
+    inflight = schedule.in_flight(stage, pp, job.num_microbatches, par.vpp)
     activations = per_mb * inflight + full_layer
-    if stage == pp - 1:  # logits and the loss chain (fz.logits_memory_bytes) until each micro-batch's backward
+    head = job.head_stage
+    if stage == head:  # logits and the loss chain (fz.logits_memory_bytes) until each micro-batch's backward
         vocab = model.padded_vocab_size(tp) / tp
-        held = job.num_microbatches if job.schedule == "gpipe" else 1
-        activations += tokens * vocab * fz.logits_memory_bytes(fusion, e) * held
+        activations += (tokens * vocab * fz.logits_memory_bytes(fusion, e) * schedule.logits_held(job.num_microbatches)
+                        * (1 + model.mtp_num_layers))  # each MTP depth has its own logits
     groups = sum(1 for size in (tp, cp, par.ep, job.dp, pp) if size > 1)
-    if pp > 1 and stage in (0, pp - 1) and not model.untie_embeddings_and_output_weights:
+    if head != 0 and stage in (0, head) and not model.untie_embeddings_and_output_weights:
         groups += 1  # embedding group
     other = fw.cuda_context_bytes + fw.nccl_bytes_per_group * groups + fw.allocator_fragmentation * activations
     # the optimizer step's temporaries over the local (sharded) parameters
-    local = dense / (job.dp * cp if sh.memory_stage >= 1 else 1) + expert / (job.expert_dp if sh.memory_stage >= 1
-                                                                             else 1)
+    local = (dense / (job.dp * cp) + expert / job.expert_dp) if sh.memory_stage >= 1 else dense + expert
     step = local * fw.step_transient_bytes()
     return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
                        activations_bytes=activations, other_bytes=other, optimizer_step_bytes=step)

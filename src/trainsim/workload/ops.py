@@ -5,15 +5,26 @@ Ops are plain frozen dataclasses so that they hash (cost tables and caches key o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 OpKind = Literal["gemm", "attention", "elementwise"]
 Phase = Literal["fwd", "bwd"]
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-Group = Literal["tp", "cp", "ep", "dp", "pp", "dp_cp", "embedding", "world"]
+Group = Literal["tp", "cp", "ep", "etp", "edp", "dp", "pp", "dp_cp", "embedding", "world"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+class Role(StrEnum):
+    """What a compute op contributes: the forward pass, the input (data) gradient on the critical path of the
+    backward, or a weight gradient that split-backward schedules may defer."""
+
+    FORWARD = "forward"
+    INPUT_GRAD = "input_grad"
+    WEIGHT_GRAD = "weight_grad"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +47,17 @@ class ComputeOp:
     n: int = 0
     k: int = 0
     attn: tuple[int, int, int, int, int, bool] | None = None
+    role: Role | None = None  # None: from the phase (forward, or input gradient for backward ops)
+    grad_of: str = ""  # backward GEMMs: the forward op they differentiate
+
+    def __post_init__(self) -> None:
+        if self.role is None:
+            object.__setattr__(self, "role", Role.FORWARD if self.phase == "fwd" else Role.INPUT_GRAD)
+
+    @property
+    def is_weight_grad(self) -> bool:
+        """A weight gradient (movable to a ``W`` action by split-backward schedules)."""
+        return self.role is Role.WEIGHT_GRAD
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -65,20 +87,41 @@ class CommOp:
 
 
 def gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, batch: int = 1,
-         out_bytes: float = 2.0) -> ComputeOp:
+         out_bytes: float = 2.0, role: Role | None = None, grad_of: str = "") -> ComputeOp:
     """A (batched) GEMM ``C[m,n] = A[m,k] · B[k,n]``: 2·m·n·k FLOPs; reads A and B, writes C."""
     size = DTYPE_BYTES[dtype]
     nbytes = batch * ((m * k + k * n) * size + m * n * out_bytes)
-    return ComputeOp(name, "gemm", phase, 2.0 * batch * m * n * k, nbytes, dtype, batch, m, n, k)
+    return ComputeOp(name, "gemm", phase, 2.0 * batch * m * n * k, nbytes, dtype, batch, m, n, k, role=role,
+                     grad_of=grad_of)
 
 
 def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, batch: int = 1) -> tuple[ComputeOp, ...]:
     """Forward ``Y[m,n] = X[m,k]·W[k,n]`` and its two backward GEMMs (data and weight gradients)."""
     return (
         gemm(name, "fwd", m, n, k, dtype, batch),
-        gemm(f"{name}_dgrad", "bwd", m, k, n, dtype, batch),
-        gemm(f"{name}_wgrad", "bwd", k, n, m, dtype, batch, out_bytes=4.0),
+        gemm(f"{name}_dgrad", "bwd", m, k, n, dtype, batch, role=Role.INPUT_GRAD, grad_of=name),
+        gemm(f"{name}_wgrad", "bwd", k, n, m, dtype, batch, out_bytes=4.0, role=Role.WEIGHT_GRAD, grad_of=name),
     )
+
+
+def overlap_target(op: CommOp, compute: Mapping[str, ComputeOp],
+                   tp_comm_overlap: bool) -> tuple[ComputeOp | None, bool]:
+    """The compute op collective ``op`` runs under in this pass, and whether it may hide behind it.
+
+    One rule for both engines: the op named by ``hide_behind`` if it runs in this pass (a weight gradient that a
+    split-backward schedule moved to its ``W`` action does not); hiding needs a framework that always overlaps
+    this collective, or ``--tp-comm-overlap`` for tensor-parallel ones.
+    """
+    target = compute.get(op.hide_behind) if op.hide_behind else None
+    return target, target is not None and (op.always_overlapped or (tp_comm_overlap and op.group == "tp"))
+
+
+def exposed_time(comm_s: float, hidden_by_s: float, can_hide: bool, slowdown: float) -> tuple[float, float]:
+    """(exposed seconds, compute slowdown seconds) of a collective of ``comm_s`` under ``hidden_by_s`` of compute:
+    what outlasts the compute is exposed; the compute under it runs slower by the overlap factor."""
+    if can_hide and hidden_by_s > 0:
+        return max(0.0, comm_s - hidden_by_s), slowdown * min(comm_s, hidden_by_s)
+    return comm_s, 0.0
 
 
 def elementwise(name: str, phase: Phase, nbytes: float, flops: float = 0.0, dtype: str = "bf16") -> ComputeOp:

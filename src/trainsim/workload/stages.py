@@ -17,13 +17,16 @@ def chunk_layer_indices(job: Job, stage: int, chunk: int) -> range:
 
     Megatron's interleaved layout: virtual stage ``chunk·p + stage`` holds the next block of consecutive layers
     after virtual stage ``chunk·p + stage − 1`` (block sizes from :attr:`Job.virtual_stage_layers`, uneven with
-    first/last stage sizes, embedding/loss accounting or an explicit layout).
+    first/last stage sizes, embedding/loss accounting or an explicit layout). V-shaped schedules place chunk 1 of
+    ``stage`` at virtual stage ``2p − 1 − stage`` (they need an even split).
     """
-    return _indices(job.virtual_stage_layers, job.parallelism.pp, job.parallelism.vpp, stage, chunk)
+    return _indices(job.virtual_stage_layers, job.parallelism.pp, job.parallelism.vpp, stage, chunk,
+                    job.pipeline.v_shape)
 
 
-def _indices(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int) -> range:
-    vs = chunk * pp + stage
+def _indices(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
+             v_shape: bool = False) -> range:
+    vs = chunk * pp + (pp - 1 - stage if v_shape and chunk % 2 else stage)
     first = sum(vstage_layers[:vs])
     return range(first, first + vstage_layers[vs])
 
@@ -36,7 +39,7 @@ def chunk_layers(job: Job, stage: int, chunk: int) -> tuple[tuple[bool, str], ..
     """
     par, model, tr = job.parallelism, job.model, job.training
     return _chunk_kinds(job.virtual_stage_layers, par.pp, par.vpp, stage, chunk, model.moe_layer_flags,
-                        tr.recompute_granularity, tr.recompute_num_layers)
+                        tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape)
 
 
 def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
@@ -47,16 +50,17 @@ def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
     """
     par, model, tr = job.parallelism, job.model, job.training
     return dict(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.moe_layer_flags,
-                              tr.recompute_granularity, tr.recompute_num_layers))
+                              tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape))
 
 
 @lru_cache(maxsize=8192)
 def _stage_counts(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, moe_flags: tuple[bool, ...],
-                  recompute: str, recompute_num_layers: int | None) -> tuple[tuple[tuple[bool, str], int], ...]:
+                  recompute: str, recompute_num_layers: int | None,
+                  v_shape: bool = False) -> tuple[tuple[tuple[bool, str], int], ...]:
     counts: dict[tuple[bool, str], int] = {}
     for chunk in range(vpp):
         for kind in _chunk_kinds(vstage_layers, pp, vpp, stage, chunk, moe_flags, recompute,
-                                 recompute_num_layers):
+                                 recompute_num_layers, v_shape):
             counts[kind] = counts.get(kind, 0) + 1
     return tuple(counts.items())
 
@@ -64,9 +68,10 @@ def _stage_counts(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int,
 @lru_cache(maxsize=8192)
 def _chunk_kinds(vstage_layers: tuple[int, ...], pp: int, vpp: int, stage: int, chunk: int,
                  moe_flags: tuple[bool, ...], recompute: str,
-                 recompute_num_layers: int | None) -> tuple[tuple[bool, str], ...]:
+                 recompute_num_layers: int | None,
+                 v_shape: bool = False) -> tuple[tuple[bool, str], ...]:
     out = []
-    for local, layer in enumerate(_indices(vstage_layers, pp, vpp, stage, chunk)):
+    for local, layer in enumerate(_indices(vstage_layers, pp, vpp, stage, chunk, v_shape)):
         mode = recompute
         if recompute == "full" and recompute_num_layers is not None and local >= recompute_num_layers:
             mode = "none"
