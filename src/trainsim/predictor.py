@@ -14,7 +14,7 @@ from trainsim.estimate import estimate
 from trainsim.metrics import SECONDS_PER_DAY, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
-from trainsim.workload.memory import StageMemory, memory_per_stage
+from trainsim.workload.memory import StageMemory, is_tight, memory_per_stage
 
 __all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
            "training_cost"]
@@ -27,6 +27,7 @@ class MemoryOut(BaseModel):
     peak_bytes: float
     capacity_bytes: float
     fits: bool
+    tight: bool = False  # fits, within 10 % of capacity (trainsim.workload.memory.TIGHT_MARGIN)
 
 
 class TrainingOut(BaseModel):
@@ -63,6 +64,7 @@ class Prediction(BaseModel):
     training: TrainingOut | None = None
     measured_compute_fraction: float = 0.0
     measured_comm_fraction: float = 0.0
+    approximations: list[str] = []
     moe: dict[str, Any] | None = None
     job: dict[str, Any]
     _timeline: Any = PrivateAttr(default=None)
@@ -133,7 +135,8 @@ def memory_report(job: Job) -> MemoryOut:
     per_stage = memory_per_stage(job)
     peak = max(s.total_bytes for s in per_stage)
     capacity = job.system.gpu.hbm_capacity
-    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity)
+    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity,
+                     tight=is_tight(peak, capacity))
 
 
 def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost_model: CostModel | None = None,
@@ -186,9 +189,19 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         training=training,
         measured_compute_fraction=est.measured_compute_fraction,
         measured_comm_fraction=est.measured_comm_fraction,
+        approximations=approximations_of(job),
         moe=moe_breakdown(job, model) if job.model.is_moe else None,
         job=job_summary(job),
         **extra,
     )
     prediction._timeline = timeline
     return prediction
+
+
+def approximations_of(job: Job) -> list[str]:
+    """What the prediction models approximately: the model's notes (e.g. from its Hugging Face config), less the
+    default-sequence-length note once the training sequence length is given."""
+    from trainsim.spec.model import SEQ_LENGTH_NOTE
+
+    given = job.training.seq_length is not None
+    return [a for a in job.model.approximations if not (given and a.startswith(SEQ_LENGTH_NOTE))]

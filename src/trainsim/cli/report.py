@@ -63,8 +63,11 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
         m.add_row(str(s.stage), fmt_bytes(s.weights_bytes), fmt_bytes(s.gradients_bytes), fmt_bytes(s.optimizer_bytes),
                   fmt_bytes(s.activations_bytes), fmt_bytes(s.other_bytes), fmt_bytes(s.total_bytes))
     console.print(m)
-    verdict = "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]"
+    verdict = ("[yellow]fits, tight (within 10% of capacity)[/yellow]" if p.memory.tight
+               else "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]")
     console.print(f"peak {fmt_bytes(p.memory.peak_bytes)}: {verdict}")
+    for note in p.approximations:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_moe(moe: dict[str, Any], console: Console) -> None:
