@@ -41,6 +41,19 @@ class Training(Spec):
         default=True, description="interleaved schedule: overlap pipeline send/recv with compute (Megatron default)"
     )
     precision: Precision = "bf16"
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None = Field(
+        default=None, description="FP8 scaling recipe (None: delayed when precision is fp8)"
+    )
+    recompute_modules: tuple[Literal["mla_up_proj", "moe_act"], ...] = Field(
+        default=(), description="Megatron's --recompute-modules subset modelled: MLA up-projections, expert activations"
+    )
+    moe_shared_expert_overlap: bool = Field(default=False,
+                                            description="run the shared expert while tokens are dispatched")
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Megatron's --overlap-moe-expert-parallel-comm / DualPipe: a micro-batch's dispatch and combine "
+                    "hide behind another micro-batch's compute",
+    )
     attention: Literal["flash", "unfused", "eager"] | None = None
     grad_reduce_in_fp32: bool | None = Field(
         default=None,
