@@ -1,4 +1,5 @@
-"""Speed of the cluster simulator (cold plan cache per case): the 64-job vTrain case-study trace (engine and CLI), 1,500 ITP jobs on 512 GPUs
+"""Speed of the cluster simulator (cold plan cache per case): the 64-job vTrain case-study trace (engine and CLI),
+1,500 ITP jobs on 512 GPUs
 with ElasticFlow, 10,000 jobs on 10,240 GPUs with fifo, las and elasticflow (time and peak RSS, one fresh process
 per case). The ITP traces are extracted to a temporary directory from ../shared/data/cluster-traces.
 

@@ -15,7 +15,7 @@ import pandas as pd
 from trainsim.cluster.rng import substream
 from trainsim.cluster.spec import ClusterSpec, load_cluster
 from trainsim.cluster.throughput import ThroughputModel
-from trainsim.cluster.trace import JobSpec
+from trainsim.cluster.trace import JobSpec, records
 from trainsim.errors import TrainsimError, TrainsimWarning
 
 #: vTrain §V-B's three models (layers, hidden, heads) and global batch sizes; sequence 2048.
@@ -105,7 +105,7 @@ def vtrain2(itp: str | Path | pd.DataFrame, jobs: int, seed: int, cluster: str |
     tm = ThroughputModel(source="best", space=search_space)  # type: ignore[arg-type]
     t0 = float(win["submission_time"].iloc[0])
     rows = []
-    for k, r in enumerate(win.itertuples(index=False)):
+    for k, r in enumerate(records(win)):
         model, gbs = models[int(pick[k])]
         n, ref = _sized(tm, spec, model, gbs, seq_length, int(r.num_gpu) * gpu_scale, reference)
         iters = max(1, round(float(r.duration) / ref))
@@ -164,7 +164,7 @@ def offered_load(trace: pd.DataFrame, tm: ThroughputModel, cluster: ClusterSpec)
     pool = cluster.pools[0]
     need = 0.0
     longest = 0.0
-    for r in trace.itertuples(index=False):
+    for r in records(trace):
         seq = None if pd.isna(r.seq_length) else int(r.seq_length)
         probe = JobSpec(0, "probe", 0.0, str(r.model), int(r.global_batch_size), seq, int(r.iterations), None,
                         int(r.requested_gpus), None, None, 1.0, "default", None, None)

@@ -25,7 +25,7 @@ import pandas as pd
 
 from trainsim.cluster.spec import load_cluster
 from trainsim.cluster.throughput import ThroughputModel
-from trainsim.cluster.trace import JobSpec
+from trainsim.cluster.trace import JobSpec, records
 from trainsim.errors import TrainsimError
 
 FORMATS = ("elasticflow", "philly", "helios", "acme")
@@ -135,7 +135,7 @@ def import_trace(path: str | Path, fmt: str, mapping: list[str] | None = None, *
     pool = spec.pools[0]
     tm = ThroughputModel(source="best")
     rows = []
-    for k, r in enumerate(raw.itertuples(index=False)):
+    for k, r in enumerate(records(raw)):
         name = None if r.name is None or (isinstance(r.name, float) and math.isnan(r.name)) else str(r.name)
         model = models.get(name, models["*"]) if name is not None else models["*"]
         b = int(batch[idx[k]]) if batch is not None else gbs

@@ -22,7 +22,7 @@ SearchSpaceName = Literal["tdp", "full"]
 #: The cluster's ``full`` space besides tensor and pipeline degrees: micro-batch 1, 2 or 4, every recompute mode,
 #: the distributed optimizer and sequence parallelism (virtual stages, context/expert parallelism and rank orders are
 #: left at their defaults: opening them costs 100-500× more per GPU count, see docs/cluster.md).
-FULL_SPACE: dict[str, object] = {"micro_batch_size": "1,2,4", "recompute": "all", "zero_stage": "1",
+FULL_SPACE: dict[str, Any] = {"micro_batch_size": "1,2,4", "recompute": "all", "zero_stage": "1",
                                  "sequence_parallel": "true"}
 
 
@@ -59,7 +59,7 @@ def _search(model: Model, system: System, training: Training, num_gpus: int, spa
             tp: int | None, pp: int | None) -> PlanPoint | None:
     from trainsim.search import SearchSpace, search
 
-    dims: dict[str, object] = {"tp": tp if tp is not None else "all", "pp": pp if pp is not None else "all"}
+    dims: dict[str, Any] = {"tp": tp if tp is not None else "all", "pp": pp if pp is not None else "all"}
     if space == "full":
         dims.update(FULL_SPACE)
     with warnings.catch_warnings():
@@ -98,7 +98,7 @@ def plan_with(model: Model, system: System, training: Training, num_gpus: int, t
 #: are kept on disk under ``$TRAINSIM_CACHE_DIR`` (default ``~/.cache/trainsim``)/cluster, one JSON file per
 #: (model, system, training, space), so a second run of the same workload skips the searches. ``TRAINSIM_CACHE_DIR=off``
 #: disables it.
-_DISK: dict[str, dict[str, list[object] | None]] = {}
+_DISK: dict[str, dict[str, Any]] = {}
 _DIRTY: set[str] = set()
 
 
