@@ -69,9 +69,9 @@ def _sized(tm: ThroughputModel, cluster: ClusterSpec, model: str, gbs: int, seq:
     need = base.curve(probe, pool).min_size
     if need is None:
         raise TrainsimError("model", f"{model} fits on no GPU count of pool {pool.name}", "use a larger pool")
-    # a power-of-two multiple of the dp-only unit, so that every throughput source can run the request
+    # a power-of-two multiple of the dp-only unit where its plan fits, so that every throughput source can run it
     n = need
-    while n < want and 2 * n <= pool.num_gpus:
+    while n < want and 2 * n <= pool.num_gpus and math.isfinite(base.iteration_time(probe, pool, 2 * n)):
         n *= 2
     ref = (base if reference == "dp-only" else tm).iteration_time(probe, pool, n)
     if not math.isfinite(ref):

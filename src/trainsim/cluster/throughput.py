@@ -189,8 +189,10 @@ class ThroughputModel:
                        for pp in range(1, model.num_layers + 1) if model.num_layers % pp == 0 and tp * pp <= 4096]
             found = None
             for _, _, tp, pp in sorted(options):
-                p = pa.plan_with(model, system, self.training(job), tp * pp, tp, pp, self.space)
-                if p is not None and p.fits:
+                # it must fit with data parallelism too (DP adds gradient buffers), or it cannot scale at all
+                ok = all((p := pa.plan_with(model, system, self.training(job), k * tp * pp, tp, pp, self.space))
+                         is not None and p.fits for k in (1, 2))
+                if ok:
                     found = (tp, pp)
                     break
             self._dp_base[key] = found
