@@ -14,7 +14,7 @@ from trainsim.estimate import estimate
 from trainsim.metrics import SECONDS_PER_DAY, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
-from trainsim.workload.memory import StageMemory, memory_per_stage
+from trainsim.workload.memory import StageMemory, is_tight, memory_per_stage
 
 __all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
            "training_cost"]
@@ -27,6 +27,7 @@ class MemoryOut(BaseModel):
     peak_bytes: float
     capacity_bytes: float
     fits: bool
+    tight: bool = False  # fits, within 10 % of capacity (trainsim.workload.memory.TIGHT_MARGIN)
 
 
 class TrainingOut(BaseModel):
@@ -179,7 +180,8 @@ def memory_report(job: Job) -> MemoryOut:
     per_stage = memory_per_stage(job)
     peak = max(s.total_bytes for s in per_stage)
     capacity = job.system.gpu.hbm_capacity
-    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity)
+    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity,
+                     tight=is_tight(peak, capacity))
 
 
 def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost_model: CostModel | None = None,

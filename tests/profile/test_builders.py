@@ -1,5 +1,7 @@
 import pytest
 
+from trainsim.workload.fusion import dropout_add_bytes
+
 torch = pytest.importorskip("torch")
 
 from trainsim.errors import TrainsimError  # noqa: E402
@@ -68,6 +70,9 @@ def test_every_workload_op_has_a_dedicated_builder_with_the_workload_shape(model
         assert built.builder != "generic_copy", op.name
         if op.kind == "elementwise":
             per_element = BYTES_PER_ELEMENT[(built.kind, op.phase)](e)
+            if built.kind == "bias_dropout_add":  # the mask byte only where dropout runs (trainsim.workload.fusion)
+                fwd_b, bwd_b = dropout_add_bytes(shard.fusion, e, model.add_bias_linear, model.hidden_dropout > 0)
+                per_element = fwd_b if op.phase == "fwd" else bwd_b
             assert built.elements * per_element == pytest.approx(op.bytes), op.name
         built.fn()  # runs
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement, collective_time, placements_of
 from trainsim.cost.compute import op_time
+from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
 from trainsim.workload.memory import stage_parameter_split
 from trainsim.workload.ops import Collective, CommOp, ComputeOp, Group, exposed_time, overlap_target
@@ -62,10 +63,12 @@ class AnalyticCostModel:
     system: System
     calibration: Calibration
     job_nodes: int = 1
+    optimizer_bytes_per_param: float = OPTIMIZER_BYTES_PER_PARAM  # the stack's (Framework.optimizer_step_bytes)
+    host_dispatch_s: float = 0.0  # the stack's CPU time to launch one kernel (Framework.host_dispatch_s)
 
     def compute(self, op: ComputeOp) -> float:
-        """Roofline time of ``op``."""
-        return op_time(op, self.system.gpu, self.calibration)
+        """Roofline time of ``op``; a kernel shorter than the host's dispatch time waits for the host."""
+        return max(op_time(op, self.system.gpu, self.calibration), self.host_dispatch_s)
 
     def collective(self, op: CommOp, place: Placement) -> float:
         """α-β time of ``op``."""
@@ -76,8 +79,10 @@ class AnalyticCostModel:
         return False
 
     def optimizer_step(self, params: float) -> float:
-        """Adam with fp32 master weights is memory-bound: :data:`OPTIMIZER_BYTES_PER_PARAM` at achieved HBM speed."""
-        return params * OPTIMIZER_BYTES_PER_PARAM / (self.system.gpu.hbm_bandwidth * self.calibration.memory_efficiency)
+        """The optimizer step is memory-bound: ``optimizer_bytes_per_param`` (the stack's optimizer implementation and
+        dtypes; :data:`OPTIMIZER_BYTES_PER_PARAM` for fused Adam with fp32 master weights) at achieved HBM speed."""
+        return params * self.optimizer_bytes_per_param / (self.system.gpu.hbm_bandwidth
+                                                          * self.calibration.memory_efficiency)
 
 
 @dataclass
@@ -291,10 +296,26 @@ def zero3_overhead(layers: int, f: float, b: float, c: Zero3Comm, slowdown: floa
     return (fwd - layers * f) + (bwd - layers * b) + slowdown * hidden
 
 
-def default_cost_model(job: Job, calibration: Calibration | None = None) -> AnalyticCostModel:
-    """The analytic cost model for ``job``'s system (calibrated for its GPU generation)."""
+def default_cost_model(job: Job, calibration: Calibration | None = None,
+                       kernels: str = "auto") -> AnalyticCostModel:
+    """The cost model for ``job``'s system (calibrated for its GPU generation) and software stack.
+
+    ``kernels="auto"``: GEMM and attention kernels from the measured H100 efficiency surface on Hopper GPUs
+    (:mod:`trainsim.cost.kernel_surfaces`), the analytic roofline elsewhere; ``"analytic"``: roofline everywhere.
+    """
+    from trainsim.cost.kernel_surfaces import MEASURED_GPU, SurfaceCostModel, packaged_surface, uses_surface
+    from trainsim.cost.tables import gpu_key
+
     calib = calibration or calibration_for(job.system.gpu.generation)
-    return AnalyticCostModel(job.system, calib, job.num_nodes)
+    fw = job.framework
+    opt = fw.optimizer_step_bytes(job.training.precision, bool(job.training.grads_in_fp32))
+    gpu = job.system.gpu
+    if kernels == "auto" and uses_surface(gpu.name, gpu.generation):
+        return SurfaceCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s,
+                                surface=packaged_surface(), measured_gpu=gpu_key(gpu.name) == MEASURED_GPU)
+    if kernels not in ("auto", "analytic"):
+        raise TrainsimError("kernels", f"unknown kernel model {kernels!r}", "use auto or analytic")
+    return AnalyticCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s)
 
 
 def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:

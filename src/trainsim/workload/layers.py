@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
-from trainsim.workload.ops import DTYPE_BYTES, CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
+from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
+from trainsim.workload.ops import CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -33,8 +35,9 @@ class Shard:
     ep: int = 1
     sequence_parallel: bool = False
     precision: str = "bf16"
-    attention: str = "flash"
+    attention: str = "flash"  # flash | unfused (fused softmax on s² scores) | eager (fp32 softmax chain)
     recompute: str = "none"
+    fusion: Fusion = DEFAULT_FUSION  # the stack's elementwise fusions (trainsim.workload.fusion)
     etp: int | None = None  # expert tensor-parallel size (None: tp)
     fp8_recipe: str | None = None
     recompute_modules: tuple[str, ...] = ()
@@ -102,8 +105,9 @@ def shard_of(job: Job) -> Shard:
         ep=par.ep,
         sequence_parallel=job.sequence_parallel,
         precision=tr.precision,
-        attention=tr.attention,
+        attention=job.attention_path,
         recompute=tr.recompute_granularity,
+        fusion=fusion_of(job),
         etp=par.expert_tp,
         fp8_recipe=tr.fp8_recipe if tr.precision == "fp8" else None,
         recompute_modules=tuple(tr.recompute_modules),
@@ -124,17 +128,18 @@ def _casts(shard: Shard, elements: float) -> list[ComputeOp]:
     return [_ew(shard, "fp8_cast", "fwd", elements * recipe_cost(shard.fp8_recipe).cast_bytes)]
 
 
-def _norm(name: str, shard: Shard, h: int) -> tuple[ComputeOp, ComputeOp]:
+def _norm(name: str, shard: Shard, h: int, rms: bool = False) -> tuple[ComputeOp, ComputeOp]:
+    """LayerNorm/RMSNorm over ``h`` (fused, or the stack's eager RMSNorm chain when ``rms``)."""
     n = shard.elementwise_tokens * h
-    e = shard.act_bytes
-    return _ew(shard, name, "fwd", 2 * e * n, 5.0 * n), _ew(shard, f"{name}_grad", "bwd", 3 * e * n, 8.0 * n)
+    f, b = fz.norm_bytes(shard.fusion, shard.act_bytes, rms)
+    return _ew(shard, name, "fwd", f * n, 5.0 * n), _ew(shard, f"{name}_grad", "bwd", b * n, 8.0 * n)
 
 
-def _dropout_add(name: str, shard: Shard, h: int) -> tuple[ComputeOp, ComputeOp]:
-    """Fused bias + dropout + residual add: read two tensors, write one, keep a 1-byte mask."""
-    n = shard.elementwise_tokens * h
-    e = shard.act_bytes
-    return _ew(shard, name, "fwd", (3 * e + 1) * n), _ew(shard, f"{name}_grad", "bwd", (3 * e + 1) * n)
+def _dropout_add(name: str, shard: Shard, model: Model) -> tuple[ComputeOp, ComputeOp]:
+    """Bias + dropout + residual add (fused: read two tensors, write one, a 1-byte mask when dropout runs)."""
+    n = shard.elementwise_tokens * model.hidden_size
+    f, b = fz.dropout_add_bytes(shard.fusion, shard.act_bytes, model.add_bias_linear, model.hidden_dropout > 0)
+    return _ew(shard, name, "fwd", f * n), _ew(shard, f"{name}_grad", "bwd", b * n)
 
 
 def _tp_comm(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) -> tuple[CommOp, ...]:
@@ -228,7 +233,7 @@ def _attention_block(model: Model, shard: Shard) -> Work:
     core_fwd: list[ComputeOp] = []
     core_bwd: list[ComputeOp] = []
 
-    ln_f, ln_b = _norm("input_norm", shard, h)
+    ln_f, ln_b = _norm("input_norm", shard, h, model.normalization == "RMSNorm")
     fwd.append(ln_f)
     bwd.append(ln_b)
     up_recompute: list[ComputeOp] = []
@@ -252,8 +257,9 @@ def _attention_block(model: Model, shard: Shard) -> Work:
             bwd.append(_ew(shard, "qk_norm_grad", "bwd", 3 * e * n, 8.0 * n))
         if model.position_embedding_type == "rope":
             n = t * (heads + groups) * d
-            fwd.append(_ew(shard, "rope", "fwd", 2 * e * n, 3.0 * n))
-            bwd.append(_ew(shard, "rope_grad", "bwd", 2 * e * n, 3.0 * n))
+            rf, rb = fz.rope_bytes(shard.fusion, e)
+            fwd.append(_ew(shard, "rope", "fwd", rf * n, 3.0 * n))
+            bwd.append(_ew(shard, "rope_grad", "bwd", rb * n, 3.0 * n))
     if shard.attention == "flash":
         seq_q = s // cp
         adt = shard.attention_dtype
@@ -262,22 +268,25 @@ def _attention_block(model: Model, shard: Shard) -> Work:
         core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
         core_bwd.append(attention("flash_attn_grad", "bwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
     else:
-        # Megatron's unfused core attention: QKᵀ and AV as batched GEMMs over all s² scores (the causal mask does
-        # not save work), fused scale-mask-softmax and attention dropout as memory-bound kernels.
+        # Megatron's core attention on the s² scores: QKᵀ and AV as batched GEMMs over all s² scores (the causal
+        # mask does not save work), the softmax (fused kernel, or the eager fp32 chain: trainsim.workload.fusion)
+        # and attention dropout (when the model and the stack run it) as memory-bound kernels.
         scores = b * heads * s * s
-        core_fwd.append(gemm("attn_qk", "fwd", s, s, d, "bf16" if dt == "fp8" else dt, batch=b * heads))
-        core_fwd.append(_ew(shard, "softmax", "fwd", 2 * e * scores, 5.0 * scores))
-        core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
-        core_fwd.append(gemm("attn_av", "fwd", s, d, s, "bf16" if dt == "fp8" else dt, batch=b * heads))
+        sf, sb = fz.softmax_bytes(shard.attention, e)
+        drop = model.attention_dropout > 0 and shard.fusion.dropout
         gdt = "bf16" if dt == "fp8" else dt
-        core_bwd += [
-            gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads, grad_of="attn_av"),
-            gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av"),  # of V: no weights
-            _ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores),
-            _ew(shard, "softmax_grad", "bwd", 3 * e * scores, 4.0 * scores),
-            gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),
-            gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),  # of K: no weights
-        ]
+        core_fwd.append(gemm("attn_qk", "fwd", s, s, d, gdt, batch=b * heads))
+        core_fwd.append(_ew(shard, "softmax", "fwd", sf * scores, 5.0 * scores))
+        if drop:
+            core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
+        core_fwd.append(gemm("attn_av", "fwd", s, d, s, gdt, batch=b * heads))
+        core_bwd += [gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads, grad_of="attn_av"),
+                     gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av")]  # of V
+        if drop:
+            core_bwd.append(_ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores))
+        core_bwd += [_ew(shard, "softmax_grad", "bwd", sb * scores, 4.0 * scores),
+                     gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),
+                     gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk")]  # of K
     fwd += core_fwd
     bwd += core_bwd
     vd = model.v_dim
@@ -285,7 +294,7 @@ def _attention_block(model: Model, shard: Shard) -> Work:
     p_f, p_d, p_w = gemm_with_grads("attn_proj", t, h, heads * vd, dt)
     fwd.append(p_f)
     bwd += [p_d, p_w]
-    da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, h)
+    da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
 
@@ -300,12 +309,12 @@ def _attention_block(model: Model, shard: Shard) -> Work:
         comm_fwd += (CommOp("cp_kv_ring", "send_recv", "cp", "fwd", (cp - 1) * kv_block, ring, True),)
         comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", "cp", "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
                             True),)
-    recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention == "unfused" else ()
+    recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention != "flash" else ()
     return Work(tuple(fwd), tuple(bwd), recompute + tuple(up_recompute), comm_fwd, comm_bwd)
 
 
 def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard: Shard,
-               batch: int = 1) -> tuple[list[ComputeOp], list[ComputeOp]]:
+               batch: int = 1, bias: bool = True) -> tuple[list[ComputeOp], list[ComputeOp]]:
     e = shard.act_bytes
     up = 2 * ffn if swiglu else ffn
     fwd: list[ComputeOp] = []
@@ -315,12 +324,13 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     fwd.append(f1)
     bwd += [d1, w1]
     n = batch * t * ffn
+    af, ab = fz.activation_bytes(shard.fusion, e, swiglu, bias)
     if swiglu:
-        fwd.append(_ew(shard, f"{name}_swiglu", "fwd", 3 * e * n, 6.0 * n))
-        bwd.append(_ew(shard, f"{name}_swiglu_grad", "bwd", 5 * e * n, 10.0 * n))
+        fwd.append(_ew(shard, f"{name}_swiglu", "fwd", af * n, 6.0 * n))
+        bwd.append(_ew(shard, f"{name}_swiglu_grad", "bwd", ab * n, 10.0 * n))
     else:
-        fwd.append(_ew(shard, f"{name}_bias_gelu", "fwd", 2 * e * n, 10.0 * n))
-        bwd.append(_ew(shard, f"{name}_bias_gelu_grad", "bwd", 3 * e * n, 16.0 * n))
+        fwd.append(_ew(shard, f"{name}_bias_gelu", "fwd", af * n, 10.0 * n))
+        bwd.append(_ew(shard, f"{name}_bias_gelu_grad", "bwd", ab * n, 16.0 * n))
     fwd += _casts(shard, n)
     f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
     fwd.append(f2)
@@ -427,19 +437,19 @@ def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
     fwd: list[ComputeOp] = []
     bwd: list[ComputeOp] = []
     recompute: list[ComputeOp] = []
-    ln_f, ln_b = _norm("mlp_norm", shard, h)
+    ln_f, ln_b = _norm("mlp_norm", shard, h, model.normalization == "RMSNorm")
     fwd.append(ln_f)
     bwd.append(ln_b)
     if not moe:
         comm_fwd: tuple[CommOp, ...] = _tp_comm(shard, h, "mlp_in", True, "mlp_fc1")
-        f, b_ = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard)
+        f, b_ = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard, bias=model.add_bias_linear)
         fwd += f
         bwd += b_
     else:
         f, b_, recompute, comm_fwd, moe_bwd = _moe_block(model, shard)
         fwd += f
         bwd += b_
-    da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, h)
+    da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
     if not moe:
@@ -462,8 +472,17 @@ def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
         recompute, comm_re = fwd, comm_fwd
     else:
         recompute, comm_re = a.recompute + m.recompute, ()
-    return Work(fwd, m.bwd + a.bwd, recompute, comm_fwd, m.comm_bwd + a.comm_bwd, comm_re,
+    mlp = model.moe_mlp_params / shard.ep if moe else model.dense_mlp_params
+    acc = _grad_accumulation(shard, "layer_grad_accumulation", (model.attention_params + mlp) / shard.tp)
+    return Work(fwd, m.bwd + a.bwd + acc, recompute, comm_fwd, m.comm_bwd + a.comm_bwd, comm_re,
                 tags=("moe",) if moe else ())
+
+
+def _grad_accumulation(shard: Shard, name: str, params: float) -> tuple[ComputeOp, ...]:
+    """Adding each micro-batch's weight gradients into the accumulation buffer, when the stack's wgrad GEMMs do not
+    accumulate in place (no gradient-accumulation fusion)."""
+    nbytes = fz.grad_accumulation_bytes(shard.fusion, shard.act_bytes) * params
+    return (elementwise(name, "bwd", nbytes, params, "fp32"),) if nbytes else ()
 
 
 @lru_cache(maxsize=1024)
@@ -477,9 +496,11 @@ def embedding_work(model: Model, shard: Shard) -> Work:
         fwd: tuple[ComputeOp, ...] = (f, _ew(shard, "embed_dropout", "fwd", (2 * e + 1) * t * h))
         return Work(fwd, (w, _ew(shard, "embed_dropout_grad", "bwd", (2 * e + 1) * t * h)))
     n = t * h
-    fwd = (_ew(shard, "embedding_lookup", "fwd", 3 * e * n),
-           _ew(shard, "embed_dropout", "fwd", (2 * e + 1) * shard.elementwise_tokens * h))
-    bwd = (_ew(shard, "embedding_grad", "bwd", (2 * e + 4) * n),)
+    fwd = (_ew(shard, "embedding_lookup", "fwd", 3 * e * n),)
+    if model.hidden_dropout > 0 and shard.fusion.dropout:
+        fwd += (_ew(shard, "embed_dropout", "fwd", (2 * e + 1) * shard.elementwise_tokens * h),)
+    bwd = (_ew(shard, "embedding_grad", "bwd", (2 * e + 4) * n),
+           *_grad_accumulation(shard, "embedding_grad_accumulation", model.padded_vocab_size(tp) // tp * h))
     comm_fwd: tuple[CommOp, ...] = ()
     comm_bwd: tuple[CommOp, ...] = ()
     if tp > 1:  # vocabulary-parallel embedding: partial sums are reduced (scattered with sequence parallelism)
@@ -517,7 +538,7 @@ def _mtp_module(model: Model, shard: Shard, depth: int) -> Work:
     pre_f: list[ComputeOp] = []
     pre_b: list[ComputeOp] = []
     for name in ("mtp_enorm", "mtp_hnorm"):
-        f, b = _norm(name, shard, h)
+        f, b = _norm(name, shard, h, model.normalization == "RMSNorm")
         pre_f.append(f)
         pre_b.append(b)
     pre_f.append(_ew(shard, "mtp_embedding_lookup", "fwd", 3 * e * t * h))
@@ -540,12 +561,15 @@ def _head(model: Model, shard: Shard, prefix: str) -> Work:
     t = shard.tokens
     v = model.padded_vocab_size(tp) // tp
     e = shard.act_bytes
-    ln_f, ln_b = _norm(f"{prefix}final_norm", shard, h)
+    ln_f, ln_b = _norm(f"{prefix}final_norm", shard, h, model.normalization == "RMSNorm")
     f, d, w = gemm_with_grads(f"{prefix}lm_head", t, v, h, "bf16" if shard.gemm_dtype == "fp8" else shard.gemm_dtype)
     logits = t * v
     # cross-entropy: cast logits to fp32, max, sum-exp, gather target (≈ 4 fp32 passes); backward writes grads
-    ce_f = _ew(shard, f"{prefix}cross_entropy", "fwd", (e + 4 * DTYPE_BYTES["fp32"]) * logits, 4.0 * logits)
-    ce_b = _ew(shard, f"{prefix}cross_entropy_grad", "bwd", (2 * DTYPE_BYTES["fp32"] + e) * logits, 3.0 * logits)
+    cf, cb = fz.cross_entropy_bytes(shard.fusion, e)
+    ce_f = _ew(shard, f"{prefix}cross_entropy", "fwd", cf * logits, 4.0 * logits)
+    ce_b = _ew(shard, f"{prefix}cross_entropy_grad", "bwd", cb * logits, 3.0 * logits)
     comm_fwd = _tp_comm(shard, h, f"{prefix}head_in", True, f"{prefix}lm_head")
     comm_bwd = _tp_comm_bwd(shard, h, f"{prefix}head_in", True, f"{prefix}lm_head")
-    return Work((ln_f, f, ce_f), (ce_b, d, w, ln_b), (), comm_fwd, comm_bwd)
+    acc = _grad_accumulation(shard, f"{prefix}lm_head_grad_accumulation", v * h) \
+        if model.untie_embeddings_and_output_weights and not prefix else ()
+    return Work((ln_f, f, ce_f), (ce_b, d, w, ln_b, *acc), (), comm_fwd, comm_bwd)
