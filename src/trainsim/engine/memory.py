@@ -30,6 +30,7 @@ import numpy as np
 from trainsim.engine.timeline import Timeline
 from trainsim.graph.build import Kind as K
 from trainsim.graph.build import chunk_layers
+from trainsim.spec.training import element_bytes, saved_input_bytes
 from trainsim.workload.memory import FRAGMENTATION, layer_activation_bytes, stage_memory
 
 
@@ -88,8 +89,8 @@ def chunk_activation_bytes(job: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     model, par, tr = job.model, job.parallelism, job.training
     p, v, tp, cp = par.pp, par.vpp, par.tp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
-    e = 4.0 if tr.precision == "fp32" else 2.0
-    q = 1.0 if tr.precision == "fp8" else e
+    e = element_bytes(tr.precision)
+    q = saved_input_bytes(tr.precision)
     sp = job.sequence_parallel
     act = np.zeros((p, v))
     keep_w = np.zeros((p, v))

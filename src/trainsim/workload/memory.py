@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from trainsim.spec.training import element_bytes, saved_input_bytes
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -193,7 +194,7 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     model, par, tr = job.model, job.parallelism, job.training
     tp, pp, cp = par.tp, par.pp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
-    e = 4.0 if tr.precision == "fp32" else 2.0
+    e = element_bytes(tr.precision)
     sp = job.sequence_parallel
     dense, expert = stage_parameter_split(job, stage)
     sh = sharding_of(job)
@@ -206,7 +207,7 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
         weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
 
-    q = 1.0 if tr.precision == "fp8" else e
+    q = saved_input_bytes(tr.precision)
     per_mb = 0.0
     full_layer = 0.0
     for (is_moe, mode), count in stage_layer_counts(job, stage).items():
