@@ -1,0 +1,30 @@
+"""A/B CPU time of one analytic prediction and one event simulation (GPT-3 175B on 1024 A100, tp 8, pp 16).
+
+Run it once per source tree to compare two versions on a busy machine: ``PYTHONPATH=<tree>/src python
+benchmarks/ab_strategy_layer.py predict`` (best CPU time of 300 warm predictions) or ``... engine`` (best of 5
+``simulate_job``). CPU time, not wall time, because the development host is shared.
+"""
+
+import sys, time, warnings
+warnings.simplefilter("ignore")
+import trainsim
+from trainsim.spec import load_model, load_system
+from trainsim.spec.job import Job
+from trainsim.spec.parallelism import Parallelism
+from trainsim.spec.training import Training
+what = sys.argv[1]
+job = Job(model=load_model("gpt3-175b"), system=load_system("dgx-a100"), num_gpus=1024,
+          parallelism=Parallelism(tp=8, pp=16), training=Training(global_batch_size=1536, micro_batch_size=1))
+if what == "predict":
+    for _ in range(30): trainsim.predict(job)
+    best = min((lambda t0: (trainsim.predict(job), time.process_time() - t0)[1])(time.process_time()) for _ in range(300))
+    print(f"{best*1e3:.3f} ms")
+else:
+    from trainsim.engine import simulate_job
+    from trainsim.cost.job_costs import default_cost_model
+    cm = default_cost_model(job)
+    simulate_job(job, cm)
+    ts = []
+    for _ in range(5):
+        t0 = time.process_time(); simulate_job(job, cm); ts.append(time.process_time() - t0)
+    print(f"{min(ts):.3f} s")
