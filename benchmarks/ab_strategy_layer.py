@@ -5,13 +5,17 @@ benchmarks/ab_strategy_layer.py predict`` (best CPU time of 300 warm predictions
 ``simulate_job``). CPU time, not wall time, because the development host is shared.
 """
 
-import sys, time, warnings
+import sys
+import time
+import warnings
+
 warnings.simplefilter("ignore")
 import trainsim
 from trainsim.spec import load_model, load_system
 from trainsim.spec.job import Job
 from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.training import Training
+
 what = sys.argv[1]
 job = Job(model=load_model("gpt3-175b"), system=load_system("dgx-a100"), num_gpus=1024,
           parallelism=Parallelism(tp=8, pp=16), training=Training(global_batch_size=1536, micro_batch_size=1))
@@ -20,8 +24,8 @@ if what == "predict":
     best = min((lambda t0: (trainsim.predict(job), time.process_time() - t0)[1])(time.process_time()) for _ in range(300))
     print(f"{best*1e3:.3f} ms")
 else:
-    from trainsim.engine import simulate_job
     from trainsim.cost.job_costs import default_cost_model
+    from trainsim.engine import simulate_job
     cm = default_cost_model(job)
     simulate_job(job, cm)
     ts = []
