@@ -8,12 +8,13 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import CostModel, default_cost_model
+from trainsim.cost.moe import moe_breakdown
 from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
 from trainsim.metrics import SECONDS_PER_DAY, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
-from trainsim.workload.memory import StageMemory, memory_per_stage
+from trainsim.workload.memory import StageMemory, is_tight, memory_per_stage
 
 __all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
            "training_cost"]
@@ -26,6 +27,7 @@ class MemoryOut(BaseModel):
     peak_bytes: float
     capacity_bytes: float
     fits: bool
+    tight: bool = False  # fits, within 10 % of capacity (trainsim.workload.memory.TIGHT_MARGIN)
 
 
 class TrainingOut(BaseModel):
@@ -62,6 +64,8 @@ class Prediction(BaseModel):
     training: TrainingOut | None = None
     measured_compute_fraction: float = 0.0
     measured_comm_fraction: float = 0.0
+    approximations: list[str] = []
+    moe: dict[str, Any] | None = None
     job: dict[str, Any]
     _timeline: Any = PrivateAttr(default=None)
 
@@ -88,11 +92,14 @@ def job_summary(job: Job) -> dict[str, Any]:
         "vpp": par.vpp,
         "cp": par.cp,
         "ep": par.ep,
+        "etp": par.expert_tp,
+        "expert_dp": job.expert_dp,
         "dp": job.dp,
         "sequence_parallel": job.sequence_parallel,
         "schedule": job.schedule,
         "rank_order": par.rank_order,
         "layers_per_stage": list(job.layers_per_stage),
+        "pipeline_layout": par.pipeline_layout,
         "micro_batch_size": tr.micro_batch_size,
         "global_batch_size": tr.global_batch_size,
         "num_microbatches": job.num_microbatches,
@@ -103,8 +110,12 @@ def job_summary(job: Job) -> dict[str, Any]:
         "overlap_param_gather": tr.overlap_param_gather,
         "tp_comm_overlap": tr.tp_comm_overlap,
         "precision": tr.precision,
+        "fp8_recipe": (tr.fp8_recipe or "delayed") if tr.precision == "fp8" else None,
         "attention": tr.attention,
         "num_params": job.model.num_params,
+        "num_active_params": job.model.num_active_params,
+        "mtp_params": job.model.mtp_params,
+        "num_params_without_mtp": job.model.num_params - job.model.mtp_params,
         "dp_engine": job.dp_engine,
         "framework": {**job.framework.model_dump(exclude={"sources"}), "label": job.framework.label},
     }
@@ -124,7 +135,8 @@ def memory_report(job: Job) -> MemoryOut:
     per_stage = memory_per_stage(job)
     peak = max(s.total_bytes for s in per_stage)
     capacity = job.system.gpu.hbm_capacity
-    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity)
+    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity,
+                     tight=is_tight(peak, capacity))
 
 
 def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost_model: CostModel | None = None,
@@ -177,8 +189,19 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         training=training,
         measured_compute_fraction=est.measured_compute_fraction,
         measured_comm_fraction=est.measured_comm_fraction,
+        approximations=approximations_of(job),
+        moe=moe_breakdown(job, model) if job.model.is_moe else None,
         job=job_summary(job),
         **extra,
     )
     prediction._timeline = timeline
     return prediction
+
+
+def approximations_of(job: Job) -> list[str]:
+    """What the prediction models approximately: the model's notes (e.g. from its Hugging Face config), less the
+    default-sequence-length note once the training sequence length is given."""
+    from trainsim.spec.model import SEQ_LENGTH_NOTE
+
+    given = job.training.seq_length is not None
+    return [a for a in job.model.approximations if not (given and a.startswith(SEQ_LENGTH_NOTE))]

@@ -310,7 +310,7 @@ def test_chrome_trace(tmp_path, detail):
     sends = [e for e in ev if e["cat"] == "pp comm"]
     assert sends and all(e["args"]["bytes"] > 0 for e in sends)
     if detail == "layer":
-        assert {"tp/cp/ep comm"} <= threads and any(e["name"].startswith("qkv") for e in comp)
+        assert {"tp/cp comm"} <= threads and any(e["name"].startswith("qkv") for e in comp)
         assert any(e["cat"] == "tp comm" for e in ev)
     else:
         assert all("layers" in e["args"] for e in comp)

@@ -1,5 +1,7 @@
 import pytest
 
+from trainsim.workload.fusion import dropout_add_bytes
+
 torch = pytest.importorskip("torch")
 
 from trainsim.errors import TrainsimError  # noqa: E402
@@ -24,7 +26,18 @@ LLAMA = Model(name="llama", num_layers=2, hidden_size=64, num_attention_heads=4,
 MOE = LLAMA.replace(name="moe", num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=48,
                     moe_shared_expert_intermediate_size=64)
 
+MLA_MOE = LLAMA.replace(name="mla", multi_latent_attention=True, q_lora_rank=32, kv_lora_rank=16, qk_head_dim=16,
+                        qk_pos_emb_head_dim=8, v_head_dim=16, num_experts=4, moe_router_topk=2,
+                        moe_ffn_hidden_size=32, moe_shared_expert_intermediate_size=32, moe_first_k_dense=1,
+                        mtp_num_layers=1)
+QWEN3 = MOE.replace(name="qwen3", qk_layernorm=True, moe_shared_expert_intermediate_size=None)
+
 CASES = [
+    (MLA_MOE, Shard(micro_batch=1, seq=32, tp=2, ep=2, etp=1, sequence_parallel=True,
+                    recompute_modules=("mla_up_proj", "moe_act"))),
+    (QWEN3, Shard(micro_batch=1, seq=32, ep=2, precision="fp8", fp8_recipe="mxfp8")),
+    (QWEN3, Shard(micro_batch=1, seq=32, precision="fp8", fp8_recipe="tensorwise")),
+    (MLA_MOE, Shard(micro_batch=1, seq=32, precision="fp8", fp8_recipe="blockwise")),
     (GPT, Shard(micro_batch=2, seq=32)),
     (GPT, Shard(micro_batch=1, seq=32, attention="unfused", recompute="selective")),
     (LLAMA, Shard(micro_batch=2, seq=32, tp=2, sequence_parallel=True)),
@@ -51,10 +64,15 @@ def test_every_workload_op_has_a_dedicated_builder_with_the_workload_shape(model
     ctx = OpContext(CPU, model, shard)
     e = 4.0 if shard.precision == "fp32" else 2.0
     for op in _all_ops(model, shard):
+        if op.kind == "gemm" and op.dtype == "fp8":
+            continue  # FP8 GEMMs need a GPU (test_gemm_builders_use_the_linear_layouts checks the error)
         built = build(op, ctx)
         assert built.builder != "generic_copy", op.name
         if op.kind == "elementwise":
             per_element = BYTES_PER_ELEMENT[(built.kind, op.phase)](e)
+            if built.kind == "bias_dropout_add":  # the mask byte only where dropout runs (trainsim.workload.fusion)
+                fwd_b, bwd_b = dropout_add_bytes(shard.fusion, e, model.add_bias_linear, model.hidden_dropout > 0)
+                per_element = fwd_b if op.phase == "fwd" else bwd_b
             assert built.elements * per_element == pytest.approx(op.bytes), op.name
         built.fn()  # runs
 

@@ -56,7 +56,8 @@ def test_expert_parallel_must_divide_dp_cp():
     with pytest.raises(TrainsimError) as exc:
         make(model="mixtral-8x7b", system="dgx-h100", tp=2, ep=8, num_gpus=8, global_batch_size=8)
     assert exc.value.field == "parallelism.ep"
-    assert make(model="mixtral-8x7b", system="dgx-h100", tp=2, ep=4, num_gpus=8, global_batch_size=8).dp == 4
+    assert make(model="mixtral-8x7b", system="dgx-h100", tp=2, ep=4, num_gpus=8, global_batch_size=8,
+                sequence_parallel=True).dp == 4
 
 
 def test_tensor_parallelism_across_nodes_is_allowed_with_a_warning():

@@ -31,7 +31,8 @@ def test_model_flops_equal_megatrons_formula_with_gqa_and_swiglu():
 
 
 def test_moe_counts_only_active_experts():
-    job = Job(model=load_model("mixtral-8x7b"), system=load_system("dgx-h100"), parallelism=Parallelism(tp=2, ep=4),
+    job = Job(model=load_model("mixtral-8x7b"), system=load_system("dgx-h100"),
+              parallelism=Parallelism(tp=2, ep=4, sequence_parallel=True),
               training=Training(global_batch_size=8), num_gpus=8)
     per_token = iteration_flops(job).model / (8 * 4096)
     assert per_token == pytest.approx(6 * job.model.num_active_params, rel=0.15)

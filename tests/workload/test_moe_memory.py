@@ -27,7 +27,8 @@ def test_mixtral_ep8_optimizer_states_shard_over_expert_dp_only() -> None:
     # fp32 main params + Adam moments: 12 bytes, sharded over dp·cp = 64 (dense) and edp = 8 (experts)
     assert mem.optimizer_bytes == pytest.approx(12 * (dense / 64 + expert / 8))
     assert mem.total_bytes > job.system.gpu.hbm_capacity
-    assert mem.total_bytes == pytest.approx(87e9, rel=0.03)
+    # (+4 % since the fp32 loss chain is counted at ~14 B per logit, issue 11 item 5)
+    assert mem.total_bytes == pytest.approx(87e9, rel=0.05)
 
 
 def test_parallel_folding_expert_grid() -> None:

@@ -135,6 +135,14 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     _o("bf16", ("--bf16",), bool, "training", "precision", "bf16 mixed precision (default)"),
     _o("fp8", ("--fp8",), bool, "training", "precision", "FP8 GEMMs (Transformer Engine)"),
     _o("fp32", ("--fp32",), bool, "training", "precision", "fp32 training (TF32 GEMMs)"),
+    _o("fp8_recipe", ("--fp8-recipe",), str, "training", "fp8_recipe",
+       "FP8 scaling: delayed, tensorwise, blockwise or mxfp8 (implies --fp8)"),
+    _o("recompute_modules", ("--recompute-modules",), str, "training", "recompute_modules",
+       "modules recomputed in backward: mla_up_proj, moe_act (comma-separated)"),
+    _o("moe_shared_expert_overlap", ("--moe-shared-expert-overlap",), bool, "training",
+       "moe_shared_expert_overlap", "run the shared expert while tokens are dispatched"),
+    _o("moe_a2a_overlap", ("--overlap-moe-expert-parallel-comm",), bool, "training", "moe_a2a_overlap",
+       "hide the expert all-to-all behind another micro-batch's compute (merged 1F1B / DualPipe)"),
     _o("attention", ("--attention",), str, "training", "attention",
        "core attention path: flash, unfused (fused softmax on s² scores) or eager (fp32 softmax chain)"),
     # framework (software stack) overrides, Megatron names
@@ -232,8 +240,12 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
                                     "drop --zero-stage 0 or --use-distributed-optimizer")
             sections["training"].setdefault("zero_stage", 1)
             continue
+        if name == "recompute_modules":
+            value = tuple(v for v in str(value).replace(",", " ").split() if v)
         sections[opt.section][opt.field] = value
     precision = _precision(values)
+    if precision is None and values.get("fp8_recipe"):
+        precision = "fp8"  # a recipe only exists for FP8 training
     if precision:
         sections["training"]["precision"] = precision
     if "global_batch_size" not in sections["training"]:

@@ -13,12 +13,15 @@ from trainsim.cli.job_options import job_from_options, with_job_options
 #: Value of ``--memory-timeline`` given without a file.
 NO_FILE = "-"
 OPTIONAL_VALUE_FLAGS = ("--memory-timeline",)
+#: ``ctx.meta`` key of the Megatron flags given on the command line that are not options of ``predict``.
+MEGATRON_META = "trainsim.megatron_flags"
 
 
 class PredictCommand(TyperCommand):
     """``predict`` with options whose value is optional (``--memory-timeline [FILE]``)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        args = self._split_megatron(ctx, args)
         fixed: list[str] = []
         for i, arg in enumerate(args):
             fixed.append(arg)
@@ -28,11 +31,43 @@ class PredictCommand(TyperCommand):
                     fixed.append(NO_FILE)
         return super().parse_args(ctx, fixed)
 
+    def _split_megatron(self, ctx: Any, args: list[str]) -> list[str]:
+        """Move Megatron-LM flags that are not options of this command (``--group-query-attention``, ``--lr 3e-4``
+        ...) to ``ctx.meta[MEGATRON_META]`` for :mod:`trainsim.cli.megatron_args`: command lines paste as they are."""
+        import difflib
+
+        from trainsim.cli.megatron_args import EXTRA_FLAGS, is_ignored
+
+        known = {name for param in self.params for name in (*param.opts, *param.secondary_opts)}
+        kept: list[str] = []
+        extra: list[str] = []
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            i += 1
+            name = arg.split("=", 1)[0]
+            megatron = name in EXTRA_FLAGS or is_ignored(name)
+            typo = not megatron and difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+            if not arg.startswith("--") or name in known or arg == "--" or typo:
+                kept.append(arg)  # a typo of one of our options: click names it with a suggestion
+                continue
+            extra.append(arg)
+            takes = EXTRA_FLAGS[name][0] if name in EXTRA_FLAGS else True
+            while takes and "=" not in arg and i < len(args) and not args[i].startswith("--"):
+                extra.append(args[i])  # Megatron has no positional arguments: every value belongs to the flag
+                i += 1
+        ctx.meta[MEGATRON_META] = extra
+        return kept
+
 
 @app.command("predict", cls=PredictCommand)
 @with_job_options()
 def predict_command(
+    ctx: typer.Context,
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    megatron_args: str | None = typer.Option(
+        None, "--megatron-args", metavar="FILE",
+        help="a Megatron-LM launch script (or a file of its arguments): its flags set the job; flags given here win"),
     engine: str = typer.Option("analytic", "--engine", help="analytic (closed form) or event (simulator)"),
     flops_convention: str = typer.Option("megatron", "--flops-convention", help="megatron or causal"),
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
@@ -97,7 +132,19 @@ def predict_command(
     check_outputs({"--trace": trace, "--export-ops": export_ops, "--export-meta": export_meta,
                    "--memory-timeline": None if memory_timeline in (None, NO_FILE) else memory_timeline,
                    "--html": html})
+    megatron = None
+    inline = ctx.meta.get(MEGATRON_META) or []
+    if megatron_args is not None or inline:
+        from trainsim.cli.megatron_args import merge_into_options, parse_megatron_args, read_launch_script
+
+        tokens, gpus = read_launch_script(megatron_args) if megatron_args is not None else ([], None)
+        megatron = parse_megatron_args([*tokens, *inline])
+        job_options = merge_into_options(job_options, megatron, gpus)
     job = job_from_options(job_options)
+    if megatron is not None:
+        from trainsim.cli.megatron_args import apply_to_job
+
+        job = apply_to_job(job, megatron)
     calib = _load_calibration(calibration, job) if calibration else None
     cost_model = None
     if op_costs or comm_costs:
@@ -116,6 +163,7 @@ def predict_command(
             options["memory_timeline"] = True if memory_timeline == NO_FILE else memory_timeline
     result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
                      flops_convention=flops_convention, **options)
+    notes = megatron.all_notes() if megatron is not None else []
     if html is not None:
         import os
 
@@ -126,11 +174,17 @@ def predict_command(
     if json_out:
         from trainsim.cli.output import print_json
 
-        print_json(result.to_json_dict())
+        data = result.to_json_dict()
+        if megatron is not None:
+            data["megatron_args"] = {"file": megatron_args, "ignored": sorted(set(megatron.ignored)),
+                                     "unrecognised": sorted(set(megatron.unrecognised)), "notes": notes}
+        print_json(data)
     else:
         from trainsim.cli.report import print_prediction
 
         print_prediction(result)
+        for note in notes:
+            print(f"note: {note}")
         if engine == "event":
             print_event_extras(result.to_json_dict())
         if html is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -46,6 +48,8 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
         if v > 0:
             b.add_row(k, fmt_seconds(v), f"{v / p.iteration_time_s:.1%}")
     console.print(b)
+    if p.moe:
+        _print_moe(p.moe, console)
 
     m = Table(title=f"memory per GPU (capacity {fmt_bytes(p.memory.capacity_bytes)})", title_justify="left")
     for col in ("stage", "weights", "grads", "optimizer", "activations", "other", "total"):
@@ -59,5 +63,26 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
         m.add_row(str(s.stage), fmt_bytes(s.weights_bytes), fmt_bytes(s.gradients_bytes), fmt_bytes(s.optimizer_bytes),
                   fmt_bytes(s.activations_bytes), fmt_bytes(s.other_bytes), fmt_bytes(s.total_bytes))
     console.print(m)
-    verdict = "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]"
+    verdict = ("[yellow]fits, tight (within 10% of capacity)[/yellow]" if p.memory.tight
+               else "[green]fits[/green]" if p.memory.fits else "[red]does NOT fit[/red]")
     console.print(f"peak {fmt_bytes(p.memory.peak_bytes)}: {verdict}")
+    for note in p.approximations:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_moe(moe: dict[str, Any], console: Console) -> None:
+    """MoE time per stage and iteration: dispatch/combine, expert GEMMs, router, permutation, shared expert."""
+    title = (f"MoE per iteration ({moe['num_experts']} experts, top-{moe['topk']}, ep {moe['ep']}, etp {moe['etp']}, "
+             f"expert-dp {moe['expert_dp']}; EP group on {moe['ep_group_nodes']} node(s))")
+    t = Table(title=title, title_justify="left")
+    cols = (("dispatch", "dispatch_s"), ("combine", "combine_s"), ("exposed a2a", "ep_exposed_s"),
+            ("expert GEMMs", "expert_gemm_s"), ("router", "router_s"), ("permute", "permute_s"),
+            ("shared expert", "shared_expert_s"))
+    t.add_column("stage", justify="right")
+    t.add_column("MoE layers", justify="right")
+    for name, _ in cols:
+        t.add_column(name, justify="right", no_wrap=True)
+    for row in moe["per_stage"]:
+        it = row["per_iteration"]
+        t.add_row(str(row["stage"]), str(row["moe_layers"]), *(fmt_seconds(it.get(k, 0.0)) for _, k in cols))
+    console.print(t)

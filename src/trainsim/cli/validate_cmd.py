@@ -14,34 +14,64 @@ def _pct(x: float) -> str:
     return "—" if x != x else f"{x:.1%}"  # NaN when there is nothing to report
 
 
+def _num(x: float) -> str:
+    return "—" if x != x else f"{x:.2f}"
+
+
 def _print_summary(report) -> None:  # type: ignore[no-untyped-def]
     from rich.console import Console
     from rich.table import Table
 
     from trainsim.validation.report import SOURCE_NAMES
 
-    t = Table(title="predicted vs measured iteration time", title_justify="left")
-    for col in ("source", "rows", "MAPE", "max |error|", "held-out MAPE"):
-        t.add_column(col, justify="left" if col == "source" else "right")
-    for src in report.sources():
-        n = sum(1 for r in report.rows if r.source == src)
-        t.add_row(SOURCE_NAMES.get(src, src), str(n), _pct(report.mape(src)), _pct(report.max_error(src)),
-                  _pct(report.mape(src, held_out=True)))
-    t.add_row("all", str(len(report.rows)), _pct(report.mape()), _pct(report.max_error()),
-              _pct(report.mape(held_out=True)))
-    Console().print(t)
+    console = Console()
+    for by, keys in (("source", report.sources()), ("framework", report.frameworks())):
+        t = Table(title=f"predicted vs measured iteration time, per {by}", title_justify="left")
+        for col in (by, "rows", "MAPE", "max |error|", "held-out MAPE", "Spearman", "top-1 regret"):
+            t.add_column(col, justify="left" if col == by else "right")
+        for k in keys:
+            kw = {by: k}
+            n = sum(1 for r in report.rows if getattr(r, by) == k)
+            t.add_row(SOURCE_NAMES.get(k, k) if by == "source" else k, str(n), _pct(report.mape(**kw)),
+                      _pct(report.max_error(**kw)), _pct(report.mape(held_out=True, **kw)),
+                      _num(report.spearman(**kw)), _pct(report.regret(**kw)))
+        t.add_row("all", str(len(report.rows)), _pct(report.mape()), _pct(report.max_error()),
+                  _pct(report.mape(held_out=True)), _num(report.spearman()), _pct(report.regret()))
+        console.print(t)
+
+
+def _clean(x):  # type: ignore[no-untyped-def]
+    """NaN (nothing to report) as JSON null."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
 
 
 def _json(report) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    return _clean(_json_raw(report))
+
+
+def _json_raw(report) -> dict:  # type: ignore[no-untyped-def,type-arg]
     return {
         "mape": report.mape(),
         "max_abs_error": report.max_error(),
         "held_out_mape": report.mape(held_out=True),
         "per_source": {s: {"mape": report.mape(s), "max_abs_error": report.max_error(s),
-                           "held_out_mape": report.mape(s, held_out=True)} for s in report.sources()},
+                           "held_out_mape": report.mape(s, held_out=True), "spearman": report.spearman(s),
+                           "top1_regret": report.regret(s)} for s in report.sources()},
+        "per_framework": {f: {"mape": report.mape(framework=f), "max_abs_error": report.max_error(framework=f),
+                              "held_out_mape": report.mape(held_out=True, framework=f),
+                              "spearman": report.spearman(framework=f), "top1_regret": report.regret(framework=f)}
+                          for f in report.frameworks()},
         "calibration": {g: c.as_dict() for g, c in report.calibrations.items()},
         "rows": [{"id": r.id, "source": r.source, "measured_s": r.measured_s, "predicted_s": r.predicted_s,
-                  "error": r.error, "held_out_error": r.held_out_error, "mfu": r.mfu, "fits": r.fits}
+                  "error": r.error, "held_out_error": r.held_out_error, "mfu": r.mfu, "fits": r.fits,
+                  "framework": r.framework, "peak_memory_gb": r.peak_memory_gb,
+                  "measured_memory_gb": r.measured_memory_gb, "memory_error": r.memory_error}
                  for r in report.rows],
     }
 

@@ -29,6 +29,10 @@ class Calibration:
     kernel_overhead_s: float = 4e-6  # launch gap per kernel on the compute stream
     overlap_slowdown: float = 0.10  # compute slowdown while overlapped with communication (Proteus' factor - 1)
     iteration_overhead_s: float = 0.0  # fixed per iteration (data loading, logging, synchronisation)
+    # achieved fraction of the measured-surface kernel speed in end-to-end training (sustained clocks under power,
+    # launch gaps between back-to-back GEMMs); 16-bit and FP8 (TE scaling/amax bookkeeping) separately
+    measured_kernel_scale: float = 1.0
+    measured_fp8_kernel_scale: float = 1.0
 
     def with_(self, **changes: float) -> Calibration:
         """A copy with some constants changed."""

@@ -71,8 +71,12 @@ def _placement(members: list[int], gpus_per_node: int) -> Placement:
 
 @lru_cache(maxsize=8192)
 def group_placements(rank_order: str, tp: int, cp: int, ep: int, dp: int, pp: int,
-                     gpus_per_node: int) -> dict[str, Placement]:
-    """Placement of the tp, cp, dp, dp_cp, pp, ep, embedding and world groups that contain global rank 0."""
+                     gpus_per_node: int, etp: int | None = None) -> dict[str, Placement]:
+    """Placement of the tp, cp, dp, dp_cp, pp, ep, etp, edp, embedding and world groups that contain global rank 0.
+
+    The expert groups follow Megatron-Core's expert rank generator (parallel folding): the same global ranks are
+    re-read as an ``etp × ep × edp × pp`` grid in the rank order with cp removed, ``edp = tp·cp·dp/(ep·etp)``.
+    """
     order = rank_order.split("-")
     dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
     st = _strides(order, dense)
@@ -83,16 +87,22 @@ def group_placements(rank_order: str, tp: int, cp: int, ep: int, dp: int, pp: in
     out["embedding"] = _placement(sorted({0, (pp - 1) * st["pp"]}), gpus_per_node)
     world = tp * cp * dp * pp
     out["world"] = Placement(world, min(world, gpus_per_node), -(-world // gpus_per_node))
-    expert = {"tp": tp, "cp": 1, "ep": ep, "dp": dp * cp // ep, "pp": pp}
+    etp = tp if etp is None else etp
+    edp = max(1, tp * cp * dp // (ep * etp))
+    expert = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
     est = _strides(order, expert)
     out["ep"] = _placement([i * est["ep"] for i in range(ep)], gpus_per_node)
+    if ep > 1 or etp != tp:  # expert groups differ from the dense ones only then
+        out["etp"] = _placement([i * est["tp"] for i in range(etp)], gpus_per_node)
+        out["edp"] = _placement([i * est["dp"] for i in range(edp)], gpus_per_node)
     return out
 
 
 def placements_of(job: Job) -> dict[str, Placement]:
     """Placements of the groups of ``job``."""
     par = job.parallelism
-    return group_placements(par.rank_order, par.tp, par.cp, par.ep, job.dp, par.pp, job.system.gpus_per_node)
+    return group_placements(par.rank_order, par.tp, par.cp, par.ep, job.dp, par.pp, job.system.gpus_per_node,
+                            par.expert_tp)
 
 
 def link(place: Placement, system: System, calib: Calibration, job_nodes: int,

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Protocol
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement, collective_time, placements_of
 from trainsim.cost.compute import op_time
+from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
-from trainsim.workload.memory import stage_parameters
-from trainsim.workload.ops import Collective, CommOp, ComputeOp, exposed_time, overlap_target
+from trainsim.workload.memory import stage_parameter_split
+from trainsim.workload.ops import Collective, CommOp, ComputeOp, Group, exposed_time, overlap_target
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -62,10 +63,12 @@ class AnalyticCostModel:
     system: System
     calibration: Calibration
     job_nodes: int = 1
+    optimizer_bytes_per_param: float = OPTIMIZER_BYTES_PER_PARAM  # the stack's (Framework.optimizer_step_bytes)
+    host_dispatch_s: float = 0.0  # the stack's CPU time to launch one kernel (Framework.host_dispatch_s)
 
     def compute(self, op: ComputeOp) -> float:
-        """Roofline time of ``op``."""
-        return op_time(op, self.system.gpu, self.calibration)
+        """Roofline time of ``op``; a kernel shorter than the host's dispatch time waits for the host."""
+        return max(op_time(op, self.system.gpu, self.calibration), self.host_dispatch_s)
 
     def collective(self, op: CommOp, place: Placement) -> float:
         """α-β time of ``op``."""
@@ -76,8 +79,10 @@ class AnalyticCostModel:
         return False
 
     def optimizer_step(self, params: float) -> float:
-        """Adam with fp32 master weights is memory-bound: :data:`OPTIMIZER_BYTES_PER_PARAM` at achieved HBM speed."""
-        return params * OPTIMIZER_BYTES_PER_PARAM / (self.system.gpu.hbm_bandwidth * self.calibration.memory_efficiency)
+        """The optimizer step is memory-bound: ``optimizer_bytes_per_param`` (the stack's optimizer implementation and
+        dtypes; :data:`OPTIMIZER_BYTES_PER_PARAM` for fused Adam with fp32 master weights) at achieved HBM speed."""
+        return params * self.optimizer_bytes_per_param / (self.system.gpu.hbm_bandwidth
+                                                          * self.calibration.memory_efficiency)
 
 
 @dataclass
@@ -213,14 +218,26 @@ def ddp_bucket_params(job: Job) -> float:
 
 
 def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param: float, bucket_params: float,
-              place: Placement) -> tuple[float, float]:
+              place: Placement, group: Group = "dp_cp") -> tuple[float, float]:
     """(all buckets, one bucket) of a data-parallel collective over ``params`` parameters: Megatron's DDP issues one
     collective per bucket, so every bucket pays the collective's latency."""
+    if params <= 0:
+        return 0.0, 0.0
     bucket = min(params, bucket_params)
     full, rest = divmod(params, bucket)
-    one = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", bucket * bytes_per_param), place)
-    tail = model.collective(CommOp("dp_bucket", kind, "dp_cp", "bwd", rest * bytes_per_param), place) if rest else 0.0
+    one = model.collective(CommOp("dp_bucket", kind, group, "bwd", bucket * bytes_per_param), place)
+    tail = model.collective(CommOp("dp_bucket", kind, group, "bwd", rest * bytes_per_param), place) if rest else 0.0
     return full * one + tail, one
+
+
+def _dp_sync(model: CostModel, kind: Collective, dense: float, expert: float, bytes_per_param: float,
+             bucket_params: float, places: dict[str, Placement]) -> tuple[float, float]:
+    """(all buckets, last bucket) of a data-parallel collective: non-expert parameters over dp·cp, routed-expert
+    parameters over the expert-data-parallel group (their own DDP buffers in Megatron-Core)."""
+    d_all, d_one = _bucketed(model, kind, dense, bytes_per_param, bucket_params, places["dp_cp"])
+    e_all, e_one = _bucketed(model, kind, expert, bytes_per_param, bucket_params,
+                             places.get("edp", places["dp_cp"]), "edp")
+    return d_all + e_all, max(d_one, e_one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,10 +296,26 @@ def zero3_overhead(layers: int, f: float, b: float, c: Zero3Comm, slowdown: floa
     return (fwd - layers * f) + (bwd - layers * b) + slowdown * hidden
 
 
-def default_cost_model(job: Job, calibration: Calibration | None = None) -> AnalyticCostModel:
-    """The analytic cost model for ``job``'s system (calibrated for its GPU generation)."""
+def default_cost_model(job: Job, calibration: Calibration | None = None,
+                       kernels: str = "auto") -> AnalyticCostModel:
+    """The cost model for ``job``'s system (calibrated for its GPU generation) and software stack.
+
+    ``kernels="auto"``: GEMM and attention kernels from the measured H100 efficiency surface on Hopper GPUs
+    (:mod:`trainsim.cost.kernel_surfaces`), the analytic roofline elsewhere; ``"analytic"``: roofline everywhere.
+    """
+    from trainsim.cost.kernel_surfaces import MEASURED_GPU, SurfaceCostModel, packaged_surface, uses_surface
+    from trainsim.cost.tables import gpu_key
+
     calib = calibration or calibration_for(job.system.gpu.generation)
-    return AnalyticCostModel(job.system, calib, job.num_nodes)
+    fw = job.framework
+    opt = fw.optimizer_step_bytes(job.training.precision, bool(job.training.grads_in_fp32))
+    gpu = job.system.gpu
+    if kernels == "auto" and uses_surface(gpu.name, gpu.generation):
+        return SurfaceCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s,
+                                surface=packaged_surface(), measured_gpu=gpu_key(gpu.name) == MEASURED_GPU)
+    if kernels not in ("auto", "analytic"):
+        raise TrainsimError("kernels", f"unknown kernel model {kernels!r}", "use auto or analytic")
+    return AnalyticCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s)
 
 
 def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
@@ -325,20 +358,22 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         body = BlockCost()
         for kind, count in stage_layer_counts(job, s).items():
             body = body + block(kind).scaled(count)
-        params = stage_parameters(job, s)
+        dense, expert = stage_parameter_split(job, s)
+        params = dense + expert
         grad_sync = grad_bucket = gather = bucket_gather = 0.0
         if sh.reduce_per_step:
-            grad_sync, grad_bucket = _bucketed(model, sh.grad_collective, params, grad_bytes_pp, bucket_params,
-                                               dp_place)
+            grad_sync, grad_bucket = _dp_sync(model, sh.grad_collective, dense, expert, grad_bytes_pp,
+                                              bucket_params, places)
         if sh.gather_per_step:
-            gather, bucket_gather = _bucketed(model, "all_gather", params, sh.param_bytes, bucket_params, dp_place)
+            gather, bucket_gather = _dp_sync(model, "all_gather", dense, expert, sh.param_bytes, bucket_params,
+                                             places)
         emb_sync = 0.0
         tied_copy = job.head_stage != 0 and not job.model.untie_embeddings_and_output_weights
         if tied_copy and s in (0, job.head_stage):
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
                                                v_h * grad_bytes_pp), places["embedding"])
-        local = params / shards if tr.zero_stage >= 1 else params
+        local = dense / shards + expert / job.expert_dp if tr.zero_stage >= 1 else params
         opt = model.optimizer_step(local)
         zero3 = 0.0
         comm = zero3_layer_comm(job, model, dp_place, params, layers)

@@ -63,7 +63,7 @@ import pandas as pd
 
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement
-from trainsim.cost.job_costs import AnalyticCostModel
+from trainsim.cost.job_costs import AnalyticCostModel, default_cost_model
 from trainsim.errors import TrainsimError
 from trainsim.io.atomic import atomic_path
 from trainsim.workload.ops import CommOp, ComputeOp
@@ -619,7 +619,7 @@ class CostTables:
         """The cost model of ``job``: these tables, and the analytic model (``calibration`` or the calibration of
         the job's GPU generation) where they do not reach. Raises if the tables come from another GPU."""
         base = calibration or calibration_for(job.system.gpu.generation)
-        fallback = AnalyticCostModel(job.system, base, job.num_nodes)
+        fallback = default_cost_model(job, base)
         job_gpu = gpu_key(job.system.gpu.name)
         if self.ops is not None:
             _check_gpu("op_costs", self.ops.gpu, job_gpu, job.system.gpu.name)

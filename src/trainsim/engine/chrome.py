@@ -188,7 +188,7 @@ def _layer_frames(tl: Timeline, comp: np.ndarray, st: np.ndarray, en: np.ndarray
                 else:
                     label = -1
                 for sl in seg.block.slices:
-                    tid = STREAM_ID["compute"] if sl.stream == "compute" else STREAM_ID["tp/cp/ep comm"]
+                    tid = STREAM_ID[{"compute": "compute", "ep": "ep dispatch/combine"}.get(sl.stream, "tp/cp comm")]
                     rows["pid"].append(pid_base + s)
                     rows["tid"].append(tid)
                     rows["name"].append(sl.name if label < 0 else f"{sl.name} L{label}")

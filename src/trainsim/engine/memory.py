@@ -30,8 +30,10 @@ import numpy as np
 from trainsim.engine.timeline import Timeline
 from trainsim.graph.build import Kind as K
 from trainsim.graph.build import chunk_layers
-from trainsim.spec.training import element_bytes, saved_input_bytes
-from trainsim.workload.memory import FRAGMENTATION, layer_activation_bytes, stage_memory
+from trainsim.spec.training import element_bytes
+from trainsim.workload import fusion as fz
+from trainsim.workload.fusion import fusion_of
+from trainsim.workload.memory import layer_activation_bytes, saved_input_bytes, stage_memory
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,11 @@ def chunk_activation_bytes(job: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     p, v, tp, cp = par.pp, par.vpp, par.tp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
     e = element_bytes(tr.precision)
-    q = saved_input_bytes(tr.precision)
+    q = saved_input_bytes(tr.precision, tr.fp8_recipe)
+    etp, mods = par.expert_tp, tuple(tr.recompute_modules)
     sp = job.sequence_parallel
+    fusion = fusion_of(job)
+    path = job.attention_path
     act = np.zeros((p, v))
     keep_w = np.zeros((p, v))
     full = np.zeros((p, v))
@@ -102,16 +107,19 @@ def chunk_activation_bytes(job: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
         for c in range(v):
             for moe, mode in chunk_layers(job, s, c):
                 mem_mode = mode if mode != "none" or tr.recompute_granularity != "full" else "selective"
-                act[s, c] += layer_activation_bytes(model, b, seq, tp, cp, sp, mem_mode, tr.attention, e, moe, q)
+                act[s, c] += layer_activation_bytes(model, b, seq, tp, cp, sp, mem_mode, path, e, moe, q,
+                                                    etp, mods, fusion)
                 keep_w[s, c] += _weight_grad_inputs(job, moe, q)
                 if tr.recompute_granularity == "full":
                     stage_full = max(stage_full, layer_activation_bytes(model, b, seq, tp, cp, sp, "none",
-                                                                        tr.attention, e, moe, q))
+                                                                        path, e, moe, q, etp, mods, fusion))
         full[s, :] = stage_full
-        if s == 0 and model.hidden_dropout > 0:  # virtual stage 0 is chunk 0 of rank 0 in every placement
+        # virtual stage 0 is chunk 0 of rank 0 in every placement
+        if s == 0 and model.hidden_dropout > 0 and fusion.dropout:
             act[s, 0] += tokens * model.hidden_size / (tp if sp else 1)
     head_stage, head_chunk = job.pipeline.rank_of(p, p * v - 1)
-    logits[int(head_stage), int(head_chunk)] = tokens * model.padded_vocab_size(tp) / tp * (e + 4.0)
+    logits[int(head_stage), int(head_chunk)] = (tokens * model.padded_vocab_size(tp) / tp
+                                                * fz.logits_memory_bytes(fusion, e))
     keep_w = np.minimum(keep_w, act)
     return act, keep_w, full, logits
 
@@ -129,8 +137,9 @@ def memory_timeline(tl: Timeline) -> list[StageMemoryTimeline]:
         ids = np.flatnonzero((g.stage == s) & np.isin(g.kind, np.array([K.FWD, K.BWD, K.WGT], dtype=np.int8)))
         kind, chunk, mb = g.kind[ids], g.chunk[ids], g.mb[ids]
         a = analytic[s]
+        frag = job.framework.allocator_fragmentation
         static = a.weights_bytes + a.gradients_bytes + a.optimizer_bytes + a.other_bytes \
-            - FRAGMENTATION * a.activations_bytes
+            - frag * a.activations_bytes
         best: StageMemoryTimeline | None = None
         for col in range(tl.start.shape[1]):
             step, cls = col // tl.classes, col % tl.classes
@@ -148,7 +157,7 @@ def memory_timeline(tl: Timeline) -> list[StageMemoryTimeline]:
             order = np.lexsort((dd, tt))  # frees before allocations at the same instant
             tt, dd = tt[order], dd[order]
             live = np.cumsum(dd)
-            alloc = static + (1.0 + FRAGMENTATION) * np.maximum(live, 0.0)
+            alloc = static + (1.0 + frag) * np.maximum(live, 0.0)
             k = int(np.argmax(alloc)) if alloc.size else 0
             peak = float(alloc[k]) if alloc.size else static
             if best is None or peak > best.peak_bytes:

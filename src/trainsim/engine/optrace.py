@@ -50,8 +50,13 @@ def _trial_name(meta_path: str | os.PathLike[str] | None, default: str) -> str:
 def trace_meta(tl: Timeline, trial_name: str) -> tr.TraceMeta:
     """Released-schema metadata of a simulated job."""
     par = tl.job.parallelism
+    groups: tuple[int, ...] = ()
+    if par.ep > 1:
+        from trainsim.graph.topology import Layout
+
+        groups = tuple(int(x) for x in Layout.of(tl.job).ep_coupling())
     return tr.TraceMeta(trial_name=trial_name, dp_size=tl.job.dp, pp_size=par.pp, tp_size=par.tp,
-                        dsp_size=par.cp, vpp_size=par.vpp)
+                        dsp_size=par.cp, vpp_size=par.vpp, ep_groups=groups)
 
 
 def _unit_ops(tl: Timeline) -> pd.DataFrame:

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from trainsim.spec.job import Job
 
 #: Streams (Chrome trace threads) of a unit, in display order.
-STREAMS: tuple[str, ...] = ("compute", "tp/cp/ep comm", "dp comm", "grad sync", "pp fwd send", "pp fwd recv",
-                            "pp bwd send", "pp bwd recv")
+STREAMS: tuple[str, ...] = ("compute", "tp/cp comm", "dp comm", "grad sync", "pp fwd send", "pp fwd recv",
+                            "pp bwd send", "pp bwd recv", "ep dispatch/combine")
 STREAM_ID = {name: i + 1 for i, name in enumerate(STREAMS)}
 
 KIND_LABEL = {

@@ -6,11 +6,13 @@ is the same for every micro-batch of a stage, so it is simulated once here, at o
 * the **compute stream** runs the compute ops of :mod:`trainsim.workload.layers` in order (backward ops in true
   backward order: modules reversed, data gradient before weight gradient; the recompute forward of a layer right
   before its backward);
-* the **comm stream** runs the layer's TP/SP, CP and EP collectives (FIFO). A collective the framework overlaps
-  (``always_overlapped``, or TP ones under ``--tp-comm-overlap``) starts with the compute op it hides behind and the
-  next op waits for it; while it runs, compute progresses ``1 + overlap_slowdown`` times slower (Proteus' overlap
-  factor, applied as a rate: the fluid version of the analytic ``overlap_slowdown · min(t, x)``). Other collectives
-  block the compute stream right before (all-gathers) or after (reductions) the op they serve.
+* the **comm stream** runs the layer's TP/SP and CP collectives (FIFO), and the **ep stream** the MoE token
+  dispatch/combine all-to-alls and the expert-TP gathers (Megatron-Core and DeepEP issue them on their own
+  stream). A collective the framework overlaps (``always_overlapped``, or TP ones under ``--tp-comm-overlap``)
+  starts with the compute op it hides behind and the next op waits for it; while it runs, compute progresses
+  ``1 + overlap_slowdown`` times slower (Proteus' overlap factor, applied as a rate: the fluid version of the
+  analytic ``overlap_slowdown · min(t, x)``). Other collectives block the compute stream right before (all-gathers) or
+  after (reductions) the op they serve.
 
 With ZeRO-3 the per-layer parameter all-gathers (prefetched one layer ahead) and gradient reduce-scatters run on the
 data-parallel stream of the chunk and are simulated the same way.
@@ -51,14 +53,16 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "moe_dispatch_grad": ("moe_permute_grad", "before"),
 }
 
-COMPUTE, COMM, DP = "compute", "comm", "dp"
+COMPUTE, COMM, DP, EP = "compute", "comm", "dp", "ep"
+#: groups whose collectives run on the expert-parallel stream (token dispatch/combine, expert-TP gather/scatter)
+EP_GROUPS = frozenset({"ep", "etp"})
 
 
 @dataclass(frozen=True)
 class Slice:
     """One op inside a template, relative to the template's start (seconds)."""
 
-    stream: str  # compute | comm | dp
+    stream: str  # compute | comm | ep | dp
     name: str
     start: float
     end: float
@@ -198,7 +202,8 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
     for c in comms:
         by_anchor.setdefault((c.anchor, c.mode), []).append(c)
 
-    t = cfree = 0.0
+    t = 0.0
+    free = {COMM: 0.0, EP: 0.0}  # TP/CP collectives and the MoE dispatch/combine run on separate streams
     busy: list[tuple[float, float]] = []
     slices: list[Slice] = []
     exposed: dict[str, float] = {}
@@ -206,12 +211,14 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
     compute_busy = slowdown = quadratic = internode = internode_exposed = nbytes = 0.0
 
     def issue(c: _Comm, at: float) -> tuple[float, float]:
-        nonlocal cfree, internode, nbytes
-        cs = max(at, cfree)
+        nonlocal internode, nbytes
+        stream = EP if c.op.group in EP_GROUPS else COMM
+        cs = max(at, free[stream])
         ce = cs + c.time
-        cfree = ce
+        free[stream] = ce
         busy.append((cs, ce))
-        slices.append(Slice(COMM, c.op.name, cs, ce, c.op.group, c.op.nbytes))
+        busy.sort()
+        slices.append(Slice(stream, c.op.name, cs, ce, c.op.group, c.op.nbytes))
         comm_total[c.op.group] = comm_total.get(c.op.group, 0.0) + c.time
         nbytes += c.op.nbytes
         if c.internode:

@@ -43,7 +43,7 @@ from trainsim.graph.topology import Layout
 from trainsim.schedule import BACKWARD, FORWARD, WEIGHT, StageOrder
 from trainsim.schedule.interleaved import warmup_forwards as interleaved_warmup
 from trainsim.workload.layers import shard_of
-from trainsim.workload.memory import stage_parameters
+from trainsim.workload.memory import stage_parameter_split, stage_parameters
 from trainsim.workload.ops import CommOp
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import chunk_layers
@@ -454,6 +454,18 @@ class GraphBuilder:
     def _collective(self, name: str, kind: str, group: str, nbytes: float) -> float:
         return self.model.collective(CommOp(name, kind, group, "bwd", nbytes), self.places[group])  # type: ignore
 
+    def _dp_bucket(self, name: str, kind: str, nbytes: float, expert_frac: float) -> float:
+        """A data-parallel bucket whose routed-expert share ``expert_frac`` is reduced over the expert-data-parallel
+        group and the rest over dp·cp (Megatron-Core keeps separate expert buffers; priced as the two collectives)."""
+        if expert_frac <= 0.0 or "edp" not in self.places:
+            return self._collective(name, kind, "dp_cp", nbytes)
+        dense = self._collective(name, kind, "dp_cp", nbytes * (1.0 - expert_frac)) if expert_frac < 1 else 0.0
+        return dense + self._collective(name, kind, "edp", nbytes * expert_frac)
+
+    def _expert_fraction(self, stage: int) -> float:
+        dense, expert = stage_parameter_split(self.job, stage)
+        return expert / (dense + expert) if dense + expert > 0 else 0.0
+
     def _step_tail(self, starts: np.ndarray, comp_ids: list[np.ndarray], tails: list[list[int]], b_id: np.ndarray,
                    w_id: np.ndarray, f_id: np.ndarray) -> None:
         b, p, v = self.b, self.p, self.v
@@ -466,6 +478,7 @@ class GraphBuilder:
         dp_last: list[int] = [-1] * p
         for s in range(p):
             params = chunk_parameters(job, s)
+            frac = self._expert_fraction(s)
             dp_prev = int(starts[s])
             # parameter all-gather: chunks in forward order, buckets from the first layers
             if gather:
@@ -477,7 +490,7 @@ class GraphBuilder:
                     for k, size in enumerate(sizes):
                         nb = size * e
                         t = b.one(kind=Kind.PARAM_AG, stage=s, chunk=c, bucket=len(sizes) - 1 - k, sync=True,
-                                  cost=self._collective("param_gather", "all_gather", "dp_cp", nb), nbytes=nb)
+                                  cost=self._dp_bucket("param_gather", "all_gather", nb, frac), nbytes=nb)
                         b.edge(dp_prev, t)
                         dp_prev = last_ag = t
                         if sh.overlap_param_gather:
@@ -498,7 +511,7 @@ class GraphBuilder:
                     for k, size in enumerate(sizes):
                         nb = size * grad_bytes
                         t = b.one(kind=Kind.GRAD_RS, stage=s, chunk=c, bucket=k, sync=True,
-                                  cost=self._collective("grad_bucket", grad_kind, "dp_cp", nb), nbytes=nb)
+                                  cost=self._dp_bucket("grad_bucket", grad_kind, nb, frac), nbytes=nb)
                         b.edge(dp_prev, t)
                         b.edge(last_bwd, t, float(min(1.0, cum[k])))
                         dp_prev = t
@@ -524,12 +537,13 @@ class GraphBuilder:
         for s in range(p):
             if reduce and not sh.overlap_grad_reduce:
                 params = chunk_parameters(job, s)
+                frac = self._expert_fraction(s)
                 prev = int(gs_last[s])
                 for c in reversed(range(v)):
                     for k, size in enumerate(buckets_of(params[c], bucket_params)):
                         nb = size * grad_bytes
                         t = b.one(kind=Kind.GRAD_RS, stage=s, chunk=c, bucket=k, sync=True,
-                                  cost=self._collective("grad_bucket", grad_kind, "dp_cp", nb), nbytes=nb)
+                                  cost=self._dp_bucket("grad_bucket", grad_kind, nb, frac), nbytes=nb)
                         b.edge([prev, dp_last[s]], t)
                         prev = dp_last[s] = t
                         rs_ids[s].append(t)

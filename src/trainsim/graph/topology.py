@@ -34,12 +34,13 @@ class Layout:
     pp: int
     rank_order: str
     gpus_per_node: int
+    etp: int | None = None  #: expert tensor-parallel size (None: tp)
 
     @classmethod
     def of(cls, job: Job) -> Layout:
         """The layout of ``job``."""
         par = job.parallelism
-        return cls(par.tp, par.cp, par.ep, job.dp, par.pp, par.rank_order, job.system.gpus_per_node)
+        return cls(par.tp, par.cp, par.ep, job.dp, par.pp, par.rank_order, job.system.gpus_per_node, par.expert_tp)
 
     @property
     def world_size(self) -> int:
@@ -121,14 +122,17 @@ class Layout:
     def ep_coupling(self) -> np.ndarray:
         """Label per DP replica: replicas with the same label share an expert-parallel group (``ep > 1``).
 
-        Expert groups follow Megatron's expert rank generator: dimensions ``tp, ep, edp = dp·cp/ep, pp`` in the
-        job's rank order, with ``cp`` folded into the expert data-parallel dimension.
+        Expert groups follow Megatron's expert rank generator (parallel folding): dimensions
+        ``etp, ep, edp = tp·cp·dp/(ep·etp), pp`` in the job's rank order, with ``cp`` folded into the expert
+        data-parallel dimension.
         """
         labels = np.arange(self.dp)
         if self.ep == 1:
             return labels
         order = self.rank_order.split("-")
-        sizes = {"tp": self.tp, "cp": 1, "ep": self.ep, "dp": self.dp * self.cp // self.ep, "pp": self.pp}
+        etp = self.tp if self.etp is None else self.etp
+        edp = max(1, self.tp * self.cp * self.dp // (self.ep * etp))
+        sizes = {"tp": etp, "cp": 1, "ep": self.ep, "dp": edp, "pp": self.pp}
         st, acc = {}, 1
         for dim in order:
             st[dim] = acc

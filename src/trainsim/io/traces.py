@@ -150,6 +150,9 @@ class TraceMeta:
     vpp_size: int = 1
     world_size: int = 0
     run_id: int = 0
+    #: expert-parallel coupling (trainsim extension): a label per DP rank; ranks with the same label exchange
+    #: tokens in every MoE layer (their compute runs in lock step). Empty: no expert parallelism.
+    ep_groups: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.world_size == 0:
@@ -166,10 +169,12 @@ class TraceMeta:
             "tp_size": self.tp_size,
             "vpp_size": self.vpp_size,
             "world_size": self.world_size,
+            **({"ep_groups": list(self.ep_groups)} if self.ep_groups else {}),
         }
 
 
-_META_KEYS = ("trial_name", "run_id", "dp_size", "pp_size", "tp_size", "dsp_size", "vpp_size", "world_size")
+_META_KEYS = ("trial_name", "run_id", "dp_size", "pp_size", "tp_size", "dsp_size", "vpp_size", "world_size",
+              "ep_groups")
 
 
 def meta_from_mapping(data: Mapping[str, Any], source: str = "meta") -> TraceMeta:
@@ -214,7 +219,15 @@ def meta_from_mapping(data: Mapping[str, Any], source: str = "meta") -> TraceMet
             "fix the parallel degrees or the world size",
         )
     values.setdefault("world_size", product)
-    return TraceMeta(trial_name=str(name), **values)
+    groups: tuple[int, ...] = ()
+    if data.get("ep_groups") is not None:
+        raw = data["ep_groups"]
+        if (not isinstance(raw, list | tuple) or len(raw) != values["dp_size"]
+                or not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in raw)):
+            raise TrainsimError(f"{source}.ep_groups", f"must list one integer label per DP rank ({values['dp_size']})",
+                                "e.g. 'ep_groups: [0, 0, 1, 1]' for two expert-parallel groups of two replicas")
+        groups = tuple(int(x) for x in raw)
+    return TraceMeta(trial_name=str(name), ep_groups=groups, **values)
 
 
 def read_meta(path: str | os.PathLike[str]) -> TraceMeta:

@@ -33,7 +33,9 @@ from trainsim.cost.tables import gemm_layout
 from trainsim.errors import TrainsimError
 from trainsim.profile import kernels as K
 from trainsim.spec.model import Model
-from trainsim.workload.layers import Shard
+from trainsim.workload.fp8 import RECIPES as FP8_RECIPES
+from trainsim.workload.fp8 import recipe_cost
+from trainsim.workload.layers import Shard, moe_expert_tokens
 from trainsim.workload.ops import ComputeOp
 
 BIASED_GEMMS = ("qkv", "patch_embed")  # GEMMs whose bias Megatron adds inside the GEMM (no separate op)
@@ -52,8 +54,10 @@ BYTES_PER_ELEMENT: dict[tuple[str, str], Callable[[float], float]] = {
     ("dropout", "fwd"): lambda e: 2 * e + 1, ("dropout", "bwd"): lambda e: 2 * e + 1,
     ("embedding", "fwd"): lambda e: 3 * e, ("embedding", "bwd"): lambda e: 2 * e + 4,
     ("cross_entropy", "fwd"): lambda e: e + 16, ("cross_entropy", "bwd"): lambda e: e + 8,
-    ("permute", "fwd"): lambda e: 4 * e, ("permute", "bwd"): lambda e: 4 * e,
-    ("fp8_cast", "fwd"): lambda e: 4.0,
+    ("permute", "fwd"): lambda e: 2 * e, ("permute", "bwd"): lambda e: 2 * e,
+    ("unpermute", "fwd"): lambda e: 3 * e, ("unpermute", "bwd"): lambda e: 3 * e,
+    ("router_topk", "fwd"): lambda e: 24.0, ("router_topk", "bwd"): lambda e: 16.0,
+    **{(f"fp8_cast_{name}", "fwd"): (lambda e, c=cost.cast_bytes: c) for name, cost in FP8_RECIPES.items()},
 }
 
 
@@ -236,8 +240,8 @@ def _ffn(prefix: str, model: Model, shard: Shard) -> tuple[int, int]:
     t, tp = shard.tokens, shard.tp
     if prefix == "expert":
         local = max(1, (model.num_experts or 1) // shard.ep)
-        per_expert = max(1, -(-(t * model.moe_router_topk) // local))
-        return local * per_expert, model.expert_ffn_size // tp
+        per_expert = max(1, round(moe_expert_tokens(model, shard)[1] / local))
+        return local * per_expert, model.expert_ffn_size // shard.expert_tp
     if prefix == "shared_expert":
         return t, (model.moe_shared_expert_intermediate_size or 0) // tp
     return t, model.ffn_size // tp
@@ -255,13 +259,16 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
     def r(*shape: int, dtype: torch.dtype = act) -> torch.Tensor:
         return _randn(shape, ctx, dtype)
 
-    if base in ("input_norm", "mlp_norm", "final_norm"):
-        ln = model.normalization == "LayerNorm"
-        inputs = [r(te, h), torch.ones(h, device=ctx.device, dtype=act)]
+    widths = {"q_norm": (t, model.q_lora_rank or 1), "kv_norm": (t, model.kv_lora_rank),
+              "qk_norm": (t * (model.num_attention_heads + model.query_groups) // tp, model.head_dim)}
+    if base in ("input_norm", "mlp_norm", "final_norm", "mtp_final_norm", "mtp_enorm", "mtp_hnorm") or base in widths:
+        rows, width = widths.get(base, (te, h))
+        ln = model.normalization == "LayerNorm" and base not in widths
+        inputs = [r(rows, width), torch.ones(width, device=ctx.device, dtype=act)]
         if ln:
-            inputs.append(torch.zeros(h, device=ctx.device, dtype=act))
-            return _Fwd(lambda x, w, b_: K.norm(x, w, b_, "LayerNorm"), inputs, [0, 1, 2], te * h, "norm")
-        return _Fwd(lambda x, w: K.norm(x, w, None, "RMSNorm"), inputs, [0, 1], te * h, "norm")
+            inputs.append(torch.zeros(width, device=ctx.device, dtype=act))
+            return _Fwd(lambda x, w, b_: K.norm(x, w, b_, "LayerNorm"), inputs, [0, 1, 2], rows * width, "norm")
+        return _Fwd(lambda x, w: K.norm(x, w, None, "RMSNorm"), inputs, [0, 1], rows * width, "norm")
     if base in ("attn_bias_dropout_add", "mlp_bias_dropout_add"):
         p = float(model.hidden_dropout)
         if bias_on:
@@ -271,6 +278,8 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
                     "bias_dropout_add")
     if base == "rope":
         heads, groups, d = model.num_attention_heads // tp, model.query_groups // tp, model.head_dim
+        if model.multi_latent_attention:  # decoupled RoPE part: every query head and the one shared key
+            groups, d = 1, model.qk_pos_emb_head_dim
         seq = max(1, t // shard.micro_batch)
         cos, sin = K.rope_tables(seq, d, ctx.device, act)
         mb = shard.micro_batch
@@ -302,7 +311,7 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
     if base == "embed_dropout":
         p = float(model.hidden_dropout)
         return _Fwd(lambda x: F.dropout(x, p, True), [r(te, h)], [0], te * h, "dropout")
-    if base == "embedding_lookup":
+    if base in ("embedding_lookup", "mtp_embedding_lookup"):
         v = model.padded_vocab_size(tp) // tp
         seq = max(1, t // shard.micro_batch)
         ids = torch.randint(0, v, (shard.micro_batch, seq), device=ctx.device)
@@ -312,22 +321,28 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
             return _Fwd(lambda w, pos: K.embed(ids, w, pos), inputs, [0, 1], shard.micro_batch * seq * h,
                         "embedding")
         return _Fwd(lambda w: K.embed(ids, w, None), inputs, [0], shard.micro_batch * seq * h, "embedding")
-    if base == "cross_entropy":
+    if base in ("cross_entropy", "mtp_cross_entropy"):
         v = model.padded_vocab_size(tp) // tp
         target = torch.randint(0, v, (t,), device=ctx.device)
         return _Fwd(lambda x: K.cross_entropy(x, target), [r(t, v)], [0], t * v, "cross_entropy")
     if base in ("moe_permute", "moe_unpermute"):
-        routed = t * model.moe_router_topk
-        index = torch.randperm(routed, device=ctx.device) % t
+        local = t // tp  # the MoE layer sees the sequence-parallel tokens
+        routed = local * model.moe_router_topk
+        index = torch.randperm(routed, device=ctx.device) % local
         if base == "moe_permute":
-            return _Fwd(lambda x: K.permute(x, index), [r(t, h)], [0], routed * h, "permute")
+            return _Fwd(lambda x: K.permute(x, index), [r(local, h)], [0], routed * h, "permute")
         probs = torch.rand(routed, device=ctx.device, dtype=act)
-        return _Fwd(lambda y: K.unpermute(y, index, probs, t), [r(routed, h)], [0], routed * h, "permute")
+        return _Fwd(lambda y: K.unpermute(y, index, probs, local), [r(routed, h)], [0], routed * h, "unpermute")
+    if base == "router_topk":
+        local, experts = t // tp, model.num_experts or 1
+        k = min(model.moe_router_topk, experts)
+        return _Fwd(lambda x: K.router_topk(x, k), [r(local, experts, dtype=torch.float32)], [0], local * experts,
+                    "router_topk")
     if base == "fp8_cast" and hasattr(torch, "float8_e4m3fn"):
-        n = int(op.bytes) // 4
+        recipe = shard.fp8_recipe or "delayed"
+        n = round(op.bytes / recipe_cost(recipe).cast_bytes)
         cols = next(c for c in (128, 64, 32, 16, 8, 4, 2, 1) if n % c == 0)
-        e4m3 = torch.float8_e4m3fn
-        return _Fwd(lambda x: (x.to(e4m3), x.view(-1, cols).t().contiguous().to(e4m3)), [r(n)], [], n, "fp8_cast")
+        return _Fwd(lambda x: K.fp8_quantize(x, cols, recipe), [r(n)], [], n, f"fp8_cast_{recipe}")
     return None
 
 

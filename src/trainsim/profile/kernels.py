@@ -106,3 +106,30 @@ def unpermute(y: torch.Tensor, index: torch.Tensor, probs: torch.Tensor, tokens:
     """MoE combine inside a GPU: expert outputs weighted by their router probability and summed per token."""
     out = torch.zeros(tokens, y.shape[-1], device=y.device, dtype=y.dtype)
     return out.index_add(0, index, y * probs[:, None])
+
+
+def router_topk(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """MoE router after its GEMM: fp32 softmax over the experts, top-k, renormalised routing weights scattered back
+    into a dense ``[tokens, experts]`` map (what the permutation and the load-balancing loss read)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    weights, index = torch.topk(probs, k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return torch.zeros_like(probs).scatter(1, index, weights)
+
+
+def fp8_quantize(x: torch.Tensor, cols: int, recipe: str) -> tuple[torch.Tensor, ...]:
+    """Quantize a GEMM input to E4M3 as the FP8 ``recipe`` does (row-wise and column-wise copies)."""
+    e4m3 = torch.float8_e4m3fn
+    m = x.view(-1, cols)
+    if recipe in ("delayed", "tensorwise"):
+        scale = 448.0 / m.abs().amax().clamp(min=1e-12) if recipe == "tensorwise" else 1.0
+        return (m * scale).to(e4m3), (m.t() * scale).contiguous().to(e4m3)
+    block = 32 if recipe == "mxfp8" else 128
+
+    def blocks(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        flat = v.reshape(-1)
+        flat = torch.nn.functional.pad(flat, (0, (-flat.numel()) % block)).view(-1, block)
+        scale = 448.0 / flat.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
+        return (flat * scale).to(e4m3), scale
+
+    return (*blocks(m), *blocks(m.t().contiguous()))

@@ -18,7 +18,7 @@ from trainsim.estimate import BREAKDOWN_KEYS, estimate
 from trainsim.metrics import cost_per_iteration, peak_flops, training_run, utilization
 from trainsim.search.space import CandidateSpec, build_job
 from trainsim.workload.flops import iteration_flops
-from trainsim.workload.memory import memory_per_stage
+from trainsim.workload.memory import is_tight, memory_per_stage
 
 if TYPE_CHECKING:
     from trainsim.cost.calibration import Calibration
@@ -91,6 +91,7 @@ class Candidate:
     cost_usd: float | None = None
     cost_per_iteration_usd: float | None = None
     engine: str = "analytic"
+    tight: bool = False  # fits within 10 % of capacity: ranked after plans with headroom
     analytic_iteration_time_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -189,7 +190,8 @@ def evaluate_chunk(ctx: EvalContext, specs: list[CandidateSpec]) -> list[tuple[A
 def make_candidate(index: int, spec: CandidateSpec, result: tuple[Any, ...], ctx: EvalContext) -> Candidate:
     """A :class:`Candidate` from a spec and its evaluation result."""
     num_nodes, fits, peak, t, mfu, hfu, breakdown = result
-    c = Candidate(index, *spec, num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown)
+    c = Candidate(index, *spec, num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown,
+                  tight=is_tight(peak, ctx.system.gpu.hbm_capacity))
     if t is not None:
         tokens = ctx.training.global_batch_size * (ctx.training.seq_length or ctx.model.seq_length)
         c.set_time(t, mfu, hfu, tokens, ctx.train_tokens, ctx.price_per_gpu_hour)

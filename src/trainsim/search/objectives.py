@@ -80,7 +80,8 @@ def rank(candidates: Sequence[Candidate], objective: str, include_unfit: bool = 
     """Positions (in ``candidates``) of the ranked candidates, best first."""
     key = sort_key(objective)
     pos = [i for i, c in enumerate(candidates) if eligible(c, include_unfit, deadline_days)]
-    pos.sort(key=lambda i: key(candidates[i]))
+    # plans that fit only tightly (within 10 % of capacity) rank after every plan with headroom
+    pos.sort(key=lambda i: (candidates[i].fits and candidates[i].tight, key(candidates[i])))
     return pos
 
 

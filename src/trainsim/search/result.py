@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 CANDIDATE_KEYS = (
     "rank", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch_size", "num_gpus", "num_nodes", "schedule",
     "recompute", "zero_stage", "sequence_parallel", "rank_order", "iteration_time_s", "mfu", "hfu", "tokens_per_s",
-    "fits", "peak_memory_bytes", "training_days", "gpu_hours", "cost_usd", "meets_deadline", "pareto", "engine",
+    "fits", "tight", "peak_memory_bytes", "training_days", "gpu_hours", "cost_usd", "meets_deadline", "pareto",
+    "engine",
 )
 
 
@@ -86,7 +87,8 @@ class SearchResult:
             "schedule": c.schedule, "recompute": c.recompute, "zero_stage": c.zero_stage,
             "sequence_parallel": c.sequence_parallel, "rank_order": c.rank_order,
             "iteration_time_s": c.iteration_time_s, "mfu": c.mfu, "hfu": c.hfu, "tokens_per_s": c.tokens_per_s,
-            "fits": c.fits, "peak_memory_bytes": c.peak_memory_bytes, "training_days": c.training_days,
+            "fits": c.fits, "tight": c.tight, "peak_memory_bytes": c.peak_memory_bytes,
+            "training_days": c.training_days,
             "gpu_hours": c.gpu_hours, "cost_usd": c.cost_usd,
             "meets_deadline": meets_deadline(c, self.deadline_days) if c.estimated else None,
             "pareto": pareto, "engine": c.engine,

@@ -185,6 +185,29 @@ class Framework(Spec):
         """Adam moments per parameter."""
         return DTYPE_BYTES[self.exp_avg_dtype] + DTYPE_BYTES[self.exp_avg_sq_dtype]
 
+    def optimizer_step_bytes(self, precision: str, grads_fp32: bool) -> float:
+        """HBM bytes moved per local parameter by one optimizer step (AdamW with gradient clipping).
+
+        Fused (one multi-tensor kernel: apex/TE/DeepSpeed FusedAdam, ``AdamW(fused=True)``): read the gradient,
+        read and write the master weights (or the parameters) and both moments, write the 16-bit copy when there
+        is a master copy, plus the clipping pass over the gradients and zeroing them for the next step (Megatron's
+        ``zero_grad_buffer``; 38 bytes for fp32 master weights, moments and gradients). ``foreach``/``loop`` (torch's
+        ``_multi_tensor_adamw``): every update is its own pass — ``lerp_`` of the first moment, ``mul_`` and
+        ``addcmul_`` of the second, ``sqrt``/``div_``/``add_`` building the denominator as a temporary, weight
+        decay ``mul_`` and ``addcdiv_`` on the weights — and clipping reads the gradients and scales them.
+        """
+        p = self.param_bytes(precision)
+        g = 4.0 if grads_fp32 else p
+        m, v = DTYPE_BYTES[self.exp_avg_dtype], DTYPE_BYTES[self.exp_avg_sq_dtype]
+        master = self.master_bytes(precision)
+        w = master or p  # the weights the optimizer updates
+        copy = p if master else 0.0  # master → model parameters
+        if self.optimizer_impl == "fused":
+            return g + 2 * (m + v) + 2 * w + copy + 2 * g
+        denom = v  # the temporary has the second moment's dtype
+        return ((2 * m + g) + 2 * v + (2 * v + g) + (v + denom) + 2 * denom + 2 * denom + 2 * w
+                + (2 * w + m + denom) + copy + 3 * g)
+
     def step_transient_bytes(self) -> float:
         """Temporaries of one optimizer step per (local) parameter.
 

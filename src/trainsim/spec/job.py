@@ -256,6 +256,10 @@ def validate_job(job: Job) -> None:
             "choose ep and --expert-tensor-parallel-size whose product divides tp·cp·dp (Megatron's parallel "
             "folding builds the expert grid etp × ep × edp from the attention grid's ranks)",
         )
+    if m.is_moe and tp > 1 and not par.sequence_parallel:
+        warn("parallelism.sequence_parallel",
+             f"Megatron-Core requires --sequence-parallel for MoE with tp = {tp}; the MoE layers are modelled on "
+             "sequence-parallel tokens as Megatron would run them")
     if par.etp is not None and par.etp > 1 and not m.is_moe:
         raise TrainsimError("parallelism.etp", "expert tensor parallelism needs a model with experts",
                             "drop --expert-tensor-parallel-size for dense models")
@@ -340,6 +344,29 @@ def validate_job(job: Job) -> None:
             "use --zero-stage 1 (distributed optimizer) or 3 (FSDP-style: parameters gathered once per step) "
             "with pp > 1",
         )
+    if tr.fp8_recipe is not None and tr.precision != "fp8":
+        raise TrainsimError("training.fp8_recipe", f"--fp8-recipe {tr.fp8_recipe} with {tr.precision} training",
+                            "add --fp8 (or drop --fp8-recipe)")
+    if tr.precision == "fp8":
+        from trainsim.workload.fp8 import recipe_cost
+
+        recipe = recipe_cost(tr.fp8_recipe)
+        known = sysm.gpu.generation in {"volta", "ampere", "ada", "hopper", "blackwell"}
+        if known and sysm.gpu.peak_flops.fp8 is not None and sysm.gpu.generation not in recipe.generations:
+            raise TrainsimError(
+                "training.fp8_recipe",
+                f"{tr.fp8_recipe or 'delayed'} scaling does not run on {sysm.gpu.name} ({sysm.gpu.generation})",
+                f"use a recipe for {sysm.gpu.generation} GPUs (mxfp8 needs Blackwell), or a "
+                f"{'/'.join(recipe.generations)} system",
+            )
+    if "mla_up_proj" in tr.recompute_modules and not m.multi_latent_attention:
+        raise TrainsimError("training.recompute_modules", "mla_up_proj needs multi-latent attention",
+                            "drop mla_up_proj for models without MLA")
+    if "moe_act" in tr.recompute_modules and not m.is_moe:
+        raise TrainsimError("training.recompute_modules", "moe_act needs a model with experts", "drop moe_act")
+    if tr.moe_a2a_overlap and par.ep == 1:
+        raise TrainsimError("training.moe_a2a_overlap", "overlapping the expert all-to-all needs ep > 1",
+                            "use --ep > 1 or drop --overlap-moe-expert-parallel-comm")
     if tr.precision == "fp8" and sysm.gpu.peak_flops.fp8 is None:
         raise TrainsimError(
             "training.precision",

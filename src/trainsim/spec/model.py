@@ -15,6 +15,10 @@ from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 
+#: Prefix of the approximation note saying the training sequence length is a stated default (see
+#: :mod:`trainsim.io.hf`); dropped from predictions once the job gives its own sequence length.
+SEQ_LENGTH_NOTE = "seq_length:"
+
 
 def megatron_swiglu_ffn(hidden_size: int) -> int:
     """Megatron's default FFN size with ``--swiglu`` and no ``--ffn-hidden-size``: 2/3·4h rounded down to 64."""
@@ -91,6 +95,8 @@ class Model(Spec):
     mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS,
                                 description="multi-token prediction depth (DeepSeek-V3 MTP)")
     source: str | None = None
+    approximations: tuple[str, ...] = Field(
+        default=(), description="features of the source architecture modelled approximately (printed with predictions)")
 
     @model_validator(mode="after")
     def _check(self) -> Model:

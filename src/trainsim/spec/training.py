@@ -19,12 +19,6 @@ def element_bytes(precision: str) -> float:
     return 4.0 if precision == "fp32" else 2.0
 
 
-def saved_input_bytes(precision: str) -> float:
-    """Bytes per element of the GEMM inputs saved for the backward: 1 in FP8 (Transformer Engine keeps the FP8
-    casts), else :func:`element_bytes`."""
-    return 1.0 if precision == "fp8" else element_bytes(precision)
-
-
 class Training(Spec):
     """Per-iteration training settings (Megatron names).
 
@@ -53,6 +47,19 @@ class Training(Spec):
         default=True, description="interleaved schedule: overlap pipeline send/recv with compute (Megatron default)"
     )
     precision: Precision = "bf16"
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None = Field(
+        default=None, description="FP8 scaling recipe (None: delayed when precision is fp8)"
+    )
+    recompute_modules: tuple[Literal["mla_up_proj", "moe_act"], ...] = Field(
+        default=(), description="Megatron's --recompute-modules subset modelled: MLA up-projections, expert activations"
+    )
+    moe_shared_expert_overlap: bool = Field(default=False,
+                                            description="run the shared expert while tokens are dispatched")
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Megatron's --overlap-moe-expert-parallel-comm / DualPipe: a micro-batch's dispatch and combine "
+                    "hide behind another micro-batch's compute",
+    )
     attention: Literal["flash", "unfused", "eager"] | None = None
     grad_reduce_in_fp32: bool | None = Field(
         default=None,

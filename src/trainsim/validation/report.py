@@ -1,16 +1,20 @@
-"""Compare predictions with the published measurements and write ``docs/VALIDATION.md``.
+"""Compare predictions with measured runs and write ``docs/VALIDATION.md``.
 
-``trainsim validate`` reruns the comparison with the packaged calibration; ``trainsim calibrate`` refits the constants
-first (and writes ``presets/calibration.yaml``). The report also gives a leave-one-source-out check: for each source,
-the constants are refitted on the *other* sources of the same GPU generation and the held-out source is predicted,
-which estimates the error on published runs the fit has not seen.
+Two sources of truth, both fitted on and nothing else: the published runs of
+``trainsim/data/published/measurements.csv`` and the single-H100 training steps measured for this project
+(``trainsim/data/gpu-h100``, source ``h100``; time and peak memory). Every row is predicted with its own framework
+profile. ``trainsim validate`` reruns the comparison with the packaged calibration; ``trainsim calibrate`` refits the
+constants first (and writes ``presets/calibration.yaml``). Reported per source and per framework: MAPE, max error,
+leave-one-source-out error (constants refitted on the *other* sources of the same GPU generation: an estimate of the
+error on runs the fit has not seen), and, within every group of runs of the same model, the Spearman rank correlation
+and the top-1 regret of the predicted cost per token (:mod:`trainsim.validation.ranking`).
 """
 
 from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -18,18 +22,21 @@ from pathlib import Path
 import yaml
 
 from trainsim.cost.calibration import Calibration, calibration_for
-from trainsim.cost.job_costs import AnalyticCostModel
+from trainsim.cost.job_costs import default_cost_model
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
+from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h100_runs
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, load_measurements
+from trainsim.validation.ranking import GroupRanking, rank_groups
 
 SOURCE_NAMES = {
     "sc21": "Megatron-LM SC'21 Table 1 (A100, weak scaling)",
     "kort": "Korthikanti et al. 2022 (A100, recompute/SP)",
     "mlm24": "Megatron-Core 2024 README (H100, weak scaling)",
     "nemo2407": "NeMo 24.07 performance summary (H100, FP8)",
+    "h100": "Single-H100 steps measured for trainsim (gpu-h100)",
 }
 
 
@@ -46,6 +53,13 @@ class RowResult:
     peak_memory_gb: float
     held_out_s: float | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
+    framework: str = ""
+    model_key: str = ""
+    gpu_seconds_per_token: float = 1.0  # measured iteration time x GPUs / tokens, over the measured time
+    allocated_gb: float = 0.0  # predicted peak of tensor allocations (StageMemory.allocated_bytes)
+    measured_memory_gb: float | None = None  # measured peak allocation (h100 rows whose peak is their own)
+    baseline_s: float | None = None  # one implicit stack: megatron-core profile, analytic kernels
+    baseline_memory_gb: float | None = None
 
     @property
     def error(self) -> float:
@@ -57,29 +71,58 @@ class RowResult:
         """Signed relative error when the row's source was left out of the fit."""
         return None if self.held_out_s is None else self.held_out_s / self.measured_s - 1.0
 
+    @property
+    def memory_error(self) -> float | None:
+        """Signed relative error of the predicted peak allocation vs the measured one (where measured)."""
+        if self.measured_memory_gb is None:
+            return None
+        return self.allocated_gb / self.measured_memory_gb - 1.0
+
+
+Selector = Callable[[RowResult], bool]
+
 
 @dataclass
 class ValidationReport:
-    """All rows, per-source errors and the constants used."""
+    """All rows, per-source and per-framework errors, ranking quality and the constants used."""
 
     rows: list[RowResult]
     calibrations: dict[str, Calibration]
     fits: dict[str, FitResult] = field(default_factory=dict)
 
-    def mape(self, source: str | None = None, held_out: bool = False) -> float:
-        """Mean absolute percentage error (as a fraction), overall or for one source."""
+    def _pick(self, source: str | None, framework: str | None) -> list[RowResult]:
+        return [r for r in self.rows if (source is None or r.source == source)
+                and (framework is None or r.framework == framework)]
+
+    def mape(self, source: str | None = None, held_out: bool = False, framework: str | None = None) -> float:
+        """Mean absolute percentage error (as a fraction), overall, for one source or one framework."""
         errs = []
-        for r in self.rows:
-            if source is not None and r.source != source:
-                continue
+        for r in self._pick(source, framework):
             e = r.held_out_error if held_out else r.error
             if e is not None:
                 errs.append(abs(e))
         return sum(errs) / len(errs) if errs else math.nan
 
-    def max_error(self, source: str | None = None) -> float:
+    def max_error(self, source: str | None = None, framework: str | None = None) -> float:
         """Largest absolute relative error."""
-        return max(abs(r.error) for r in self.rows if source is None or r.source == source)
+        rows = self._pick(source, framework)
+        return max(abs(r.error) for r in rows) if rows else math.nan
+
+    def rankings(self, source: str | None = None, framework: str | None = None) -> list[GroupRanking]:
+        """Ranking quality within each group of runs of the same model."""
+        return rank_groups([(r.source, r.model_key, r.gpu_seconds_per_token,
+                             r.gpu_seconds_per_token * r.predicted_s / r.measured_s)
+                            for r in self._pick(source, framework)])
+
+    def spearman(self, source: str | None = None, framework: str | None = None) -> float:
+        """Mean Spearman correlation over the groups (NaN without a group of two or more runs)."""
+        vals = [g.spearman for g in self.rankings(source, framework) if not math.isnan(g.spearman)]
+        return sum(vals) / len(vals) if vals else math.nan
+
+    def regret(self, source: str | None = None, framework: str | None = None) -> float:
+        """Mean top-1 regret over the groups."""
+        vals = [g.regret for g in self.rankings(source, framework)]
+        return sum(vals) / len(vals) if vals else math.nan
 
     def sources(self) -> list[str]:
         """Sources in table order."""
@@ -88,6 +131,19 @@ class ValidationReport:
             if r.source not in seen:
                 seen.append(r.source)
         return seen
+
+    def frameworks(self) -> list[str]:
+        """Framework profiles in table order."""
+        seen: list[str] = []
+        for r in self.rows:
+            if r.framework not in seen:
+                seen.append(r.framework)
+        return seen
+
+
+def all_measurements() -> tuple[Measurement, ...]:
+    """Every run the constants are fitted on: the published rows and the single-H100 steps."""
+    return load_measurements() + h100_measurements()
 
 
 def _held_out(rows: Sequence[Measurement], fitted: dict[str, Calibration]) -> dict[str, float]:
@@ -102,14 +158,20 @@ def _held_out(rows: Sequence[Measurement], fitted: dict[str, Calibration]) -> di
                 continue
             result = fit_generation(train, gen, start=fitted.get(gen))
             for r in test:
-                model = AnalyticCostModel(r.job.system, result.calibration, r.job.num_nodes)
+                model = default_cost_model(r.job, result.calibration)
                 out[r.id] = predict(r.job, cost_model=model).iteration_time_s
     return out
 
 
+def _model_key(r: Measurement) -> str:
+    m = r.job.model
+    shape = (m.num_layers, m.hidden_size, m.num_attention_heads, m.query_groups, m.ffn_size, m.vocab_size)
+    return f"{m.name.split('-full')[0].split('-mbs')[0]} {shape}"
+
+
 def run_validation(refit: bool = False, held_out: bool = True) -> ValidationReport:
-    """Predict every published row (optionally refitting the constants first)."""
-    rows = load_measurements()
+    """Predict every measured row (optionally refitting the constants first)."""
+    rows = all_measurements()
     fits: dict[str, FitResult] = {}
     calibs: dict[str, Calibration] = {}
     for gen, gen_rows in rows_by_generation(rows).items():
@@ -118,12 +180,30 @@ def run_validation(refit: bool = False, held_out: bool = True) -> ValidationRepo
             calibs[gen] = fits[gen].calibration
         else:
             calibs[gen] = calibration_for(gen)
+    h100 = {f"{r.id}": r for r in load_h100_runs()}
     results = []
     for r in rows:
         calib = calibs[r.job.system.gpu.generation]
-        p = predict(r.job, cost_model=AnalyticCostModel(r.job.system, calib, r.job.num_nodes))
-        results.append(RowResult(r.id, r.source, r.measured_iter_s, p.iteration_time_s, p.mfu, p.memory.fits,
-                                 p.memory.peak_bytes / 1e9, breakdown=dict(p.breakdown_s)))
+        p = predict(r.job, cost_model=default_cost_model(r.job, calib))
+        job = r.job
+        allocated = max(s.allocated_bytes for s in p.memory.per_stage)
+        res = RowResult(r.id, r.source, r.measured_iter_s, p.iteration_time_s, p.mfu, p.memory.fits,
+                        p.memory.peak_bytes / 1e9, allocated_gb=allocated / 1e9, breakdown=dict(p.breakdown_s),
+                        framework=job.framework.name,
+                        model_key=_model_key(r),
+                        gpu_seconds_per_token=r.measured_iter_s * job.world_size / job.tokens_per_iteration)
+        run = h100.get(r.id)
+        if run is not None:
+            if run.memory_comparable:
+                res.measured_memory_gb = run.peak_alloc_bytes / 1e9
+            unset = dict.fromkeys(("attention", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                                   "grad_reduce_in_fp32", "zero_stage"))
+            base_job = type(job)(model=job.model, system=job.system, parallelism=job.parallelism,
+                                 training=job.training.model_copy(update=unset), num_gpus=job.num_gpus)
+            b = predict(base_job, cost_model=default_cost_model(base_job, calib, kernels="analytic"))
+            res.baseline_s = b.iteration_time_s
+            res.baseline_memory_gb = max(s.allocated_bytes for s in b.memory.per_stage) / 1e9
+        results.append(res)
     if held_out:
         ho = _held_out(rows, calibs)
         for res in results:
@@ -138,8 +218,9 @@ def write_calibration(report: ValidationReport, path: Path) -> None:
         names = FIT_PARAMETERS.get(gen, ())
         data[gen] = {n: float(f"{getattr(calib, n):.6g}") for n in names}
     header = ("# Analytic-model constants per GPU generation, fitted by `trainsim calibrate` on\n"
-              "# trainsim/data/published/measurements.csv only (see docs/VALIDATION.md). Constants not listed keep\n"
-              "# the documented defaults of trainsim.cost.calibration.Calibration.\n")
+              "# trainsim/data/published/measurements.csv and the single-H100 steps of trainsim/data/gpu-h100\n"
+              "# only (see docs/VALIDATION.md). Constants not listed keep the documented defaults of\n"
+              "# trainsim.cost.calibration.Calibration.\n")
     write_text_atomic(path, header + yaml.safe_dump(data, sort_keys=True))
 
 
@@ -147,42 +228,109 @@ def _pct(x: float | None) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:+.1f}%"
 
 
+def _abs(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x * 100:.1f}%"
+
+
+def _num(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.2f}"
+
+
+def _nccl_section() -> str:
+    """The collective-model comparison with nccl-tests, when the communication model provides one."""
+    try:
+        from trainsim.validation.nccl_compare import nccl_section  # type: ignore[import-not-found]
+    except ImportError:
+        return ""
+    return str(nccl_section())
+
+
+def _group_lines(report: ValidationReport, title: str, keys: list[str], by: str) -> list[str]:
+    lines = [f"| {title} | rows | MAPE | max abs error | held-out MAPE | Spearman | top-1 regret |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for k in keys:
+        kw = {by: k}
+        n = len(report._pick(kw.get("source"), kw.get("framework")))
+        label = SOURCE_NAMES.get(k, k) if by == "source" else f"`{k}`"
+        lines.append(f"| {label} | {n} | {_abs(report.mape(**kw))} | {_abs(report.max_error(**kw))} | "
+                     f"{_abs(report.mape(held_out=True, **kw))} | {_num(report.spearman(**kw))} | "
+                     f"{_abs(report.regret(**kw))} |")
+    lines.append(f"| **all** | {len(report.rows)} | **{_abs(report.mape())}** | **{_abs(report.max_error())}** | "
+                 f"{_abs(report.mape(held_out=True))} | {_num(report.spearman())} | {_abs(report.regret())} |")
+    return lines
+
+
 def render_markdown(report: ValidationReport) -> str:
     """The docs/VALIDATION.md text."""
     lines = [
-        "# Validation of the analytic model",
+        "# Validation",
         "",
         "Generated by `trainsim validate --write docs/VALIDATION.md` "
         f"(trainsim, Python {platform.python_version()}, {date.today().isoformat()}). Do not edit by hand.",
         "",
-        "Every row of `trainsim/data/published/measurements.csv` (a copy of `shared/data/published/measurements.csv`,",
-        "the only published data the constants are fitted on) is predicted with `trainsim.predict` and compared with",
-        "the measured iteration time. *held-out* is the prediction when the row's own source is left out of the fit",
-        "(constants refitted on the other source of the same GPU generation): an estimate of the error on published",
-        "runs the fit has not seen.",
+        "Two kinds of measured runs, the only data the constants are fitted on: every row of",
+        "`trainsim/data/published/measurements.csv` (a copy of `shared/data/published/measurements.csv`) and the",
+        "single-H100 training steps measured for this project (`trainsim/data/gpu-h100`, from",
+        "`shared/data/gpu-h100`). Each row is predicted with `trainsim.predict` under its own framework profile",
+        "(`docs/model.md` section 8): Megatron-LM 2021 for SC'21/Korthikanti, Megatron-Core for the 2024 README,",
+        "NeMo for NeMo 24.07, `megatron-core-local` and `hf-transformers` for the single-H100 steps. Hopper GEMM and",
+        "attention kernels come from the measured H100 surfaces (`trainsim.cost.kernel_surfaces`); A100 stays on",
+        "the analytic roofline. *held-out* is the prediction when the row's own source is left out of the fit",
+        "(constants refitted on the other sources of the same GPU generation). *Spearman* and *top-1 regret* are",
+        "computed within every group of runs of the same model, on the GPU-seconds per token (what plan search",
+        "ranks); the columns average over the groups (— where a source has no group of two or more runs).",
         "",
         "## Accuracy per source",
         "",
-        "| source | rows | MAPE | max abs error | held-out MAPE |",
-        "|---|---:|---:|---:|---:|",
+        *_group_lines(report, "source", report.sources(), "source"),
+        "",
+        "## Accuracy per framework profile",
+        "",
+        *_group_lines(report, "framework", report.frameworks(), "framework"),
     ]
-    for src in report.sources():
-        n = sum(1 for r in report.rows if r.source == src)
-        lines.append(f"| {SOURCE_NAMES.get(src, src)} | {n} | {report.mape(src) * 100:.1f}% | "
-                     f"{report.max_error(src) * 100:.1f}% | {report.mape(src, held_out=True) * 100:.1f}% |")
-    lines.append(f"| **all** | {len(report.rows)} | **{report.mape() * 100:.1f}%** | "
-                 f"**{report.max_error() * 100:.1f}%** | {report.mape(held_out=True) * 100:.1f}% |")
+    ranks = report.rankings()
+    lines += ["", "## Ranking within groups of runs of the same model", "",
+              "| source | model | runs | Spearman | top-1 regret |", "|---|---|---:|---:|---:|"]
+    for g in ranks:
+        lines.append(f"| {g.source} | {g.model} | {g.runs} | {_num(g.spearman)} | {_abs(g.regret)} |")
+    h100 = [r for r in report.rows if r.source == "h100"]
+    if h100:
+        lines += [
+            "",
+            "## Single-H100 steps: time and peak memory",
+            "",
+            "*one stack* is the prediction before framework profiles and measured kernels (the job run as",
+            "`megatron-core` with analytic kernels: one implicit software stack). Memory compares the predicted peak",
+            "of tensor allocations (the peak without CUDA context, NCCL buffers and allocator reserve) with",
+            "`torch.cuda.max_memory_allocated` (GB = 1e9 B); *predicted GB* in the per-row table below is the whole",
+            "peak that decides whether a plan fits. `gpt-1.3b-mbs1`'s measured peak includes leftovers of the run",
+            "before it (data README) and is not compared.",
+            "",
+            "| run | profile | measured s | predicted s | error | one stack s | one-stack error | measured GB | "
+            "predicted GB | memory error | one-stack GB |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in h100:
+            mem = "—" if r.measured_memory_gb is None else f"{r.measured_memory_gb:.1f}"
+            base = r.baseline_s or math.nan
+            lines.append(
+                f"| {r.id.removeprefix('h100_')} | `{r.framework}` | {r.measured_s:.3f} | {r.predicted_s:.3f} | "
+                f"{_pct(r.error)} | {base:.3f} | {_pct(base / r.measured_s - 1)} | {mem} | {r.allocated_gb:.1f} | "
+                f"{_pct(r.memory_error)} | {(r.baseline_memory_gb or math.nan):.1f} |")
+        errs = [abs(r.error) for r in h100]
+        mems = [abs(e) for r in h100 if (e := r.memory_error) is not None]
+        lines += ["", f"Mean absolute time error {sum(errs) / len(errs) * 100:.1f}% (max {max(errs) * 100:.1f}%); "
+                  f"memory {sum(mems) / max(len(mems), 1) * 100:.1f}% (max {max(mems, default=0) * 100:.1f}%)."]
     fits = sum(1 for r in report.rows if r.fits)
     lines += [
         "",
-        f"Memory: every published run ran, so it fitted in 80 GB; the memory model says {fits} of "
-        f"{len(report.rows)} fit (rows predicted not to fit are marked below).",
+        f"Memory: every run ran, so it fitted in 80 GB; the memory model says {fits} of {len(report.rows)} fit "
+        "(rows predicted not to fit are marked below).",
         "",
         "## Fitted constants",
         "",
-        "Fractions of the datasheet peak (see `trainsim.cost.calibration`); fitted per GPU generation by "
-        "`trainsim calibrate`",
-        "(mean squared log error with a weak pull to documented priors). Blackwell has no row and uses Hopper's.",
+        "Per GPU generation, fitted by `trainsim calibrate` (mean squared log error with a weak pull to documented",
+        "priors). Values in parentheses are not fitted for that generation. Blackwell has no row and uses Hopper's.",
         "",
     ]
     gens = sorted(report.calibrations)
@@ -202,12 +350,12 @@ def render_markdown(report: ValidationReport) -> str:
         "",
         "## Per row",
         "",
-        "| id | measured s | predicted s | error | held-out | MFU | peak mem |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| id | profile | measured s | predicted s | error | held-out | MFU | peak mem |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report.rows:
         mem = f"{r.peak_memory_gb:.0f} GB" + ("" if r.fits else " (does not fit)")
-        lines.append(f"| {r.id} | {r.measured_s:.3f} | {r.predicted_s:.3f} | {_pct(r.error)} | "
+        lines.append(f"| {r.id} | `{r.framework}` | {r.measured_s:.3f} | {r.predicted_s:.3f} | {_pct(r.error)} | "
                      f"{_pct(r.held_out_error)} | {r.mfu * 100:.1f}% | {mem} |")
     worst = sorted(report.rows, key=lambda r: -abs(r.error))[:5]
     lines += [
@@ -229,7 +377,7 @@ def render_markdown(report: ValidationReport) -> str:
         "",
         "## Settings chosen for cells the sources leave empty",
         "",
-        "From `trainsim.validation.measurements.SOURCE_DEFAULTS` (the framework defaults of each source):",
+        "From `trainsim.validation.measurements.SOURCE_DEFAULTS` (the framework profile and defaults of each source):",
         "",
     ]
     for src, d in SOURCE_DEFAULTS.items():
@@ -240,7 +388,11 @@ def render_markdown(report: ValidationReport) -> str:
         "SC'21 rows whose notes say `DDP impl=torch` overlap the gradient all-reduce with the backward pass.",
         "Models: GPT rows use a GELU 4h MLP with biases, dropout and learned positions; Llama rows",
         "SwiGLU/RMSNorm/rotary; Nemotron squared-ReLU, rotary, no biases, vocabulary 256000; GPT-3 rows of NeMo the",
-        "GPT-2 vocabulary (50257).",
+        "GPT-2 vocabulary (50257). Single-H100 rows: the settings of `shared/data/gpu-h100/measure_training.py`",
+        f"(`trainsim.validation.h100`); memory not compared for {', '.join(sorted(SUSPECT_MEMORY))}.",
         "",
     ]
+    nccl = _nccl_section()
+    if nccl:
+        lines += [nccl.rstrip(), ""]
     return "\n".join(lines)

@@ -90,6 +90,36 @@ def _group_masks(w: WhatIf, labels: list[str]) -> tuple[list[Any], list[Any], li
     return kinds, stages, [int(d) for d in w.dp_ranks], masks
 
 
+def _ep_group_slowdowns(w: WhatIf, dps: list[int], mean_ideal: float) -> tuple[dict[int, float], dict[int, list[int]]]:
+    """Slowdown from restoring the original times of each expert group (all its DP ranks, all stages) into the
+    ideal run, and the DP ranks of each group; empty without expert parallelism."""
+    labels = w.model.ep_groups
+    if labels is None or len(np.unique(labels)) == len(labels):
+        return {}, {}
+    groups = [int(g) for g in np.unique(labels)]
+    members = {g: [dps[i] for i in np.flatnonzero(labels == g)] for g in groups}
+    masks = np.zeros((len(groups), w.model.num_ops, len(dps)), dtype=bool)
+    for k, g in enumerate(groups):
+        masks[k][:, labels == g] = True
+    t = simulate(w.model, w.ideal, w.original, masks).step_time
+    return {g: float(t[k].mean() / mean_ideal) for k, g in enumerate(groups)}, members
+
+
+def _ranges(values: list[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``0-2, 5``."""
+    out: list[str] = []
+    vals = sorted(values)
+    start = prev = vals[0]
+    for v in [*vals[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
+
+
 def _sorted_desc(d: dict[Any, float]) -> dict[Any, float]:
     return dict(sorted(d.items(), key=lambda kv: -kv[1]))
 
@@ -142,13 +172,25 @@ def analyze(
     last_share = share(mean_orig, float(t_ms_rem.mean()), mean_ideal)
     last_share_added = added_share(mean_orig, t_last_added, mean_ideal)
 
-    # --- M_W: the worst ceil(3 %) workers by min(S of their DP rank, S of their stage)
+    # --- M_W: the worst ceil(3 %) workers by min(S of their DP rank, S of their stage); with expert parallelism
+    # the unit is an expert group on a stage (its members run in lock step, so idealizing one member alone
+    # cannot remove the slowdown)
     ranks = w.arrays.ranks
     cells = [(int(ranks[s, d]), int(dp), s) for s in stages for d, dp in enumerate(dps)]
-    n_workers = worker_count(len(cells), worker_percent)
-    worst = worst_workers(cells, by_dp, by_stage, n_workers)
-    sel = np.zeros((model.num_ops, len(dps)), dtype=bool)
     dp_index = {dp: d for d, dp in enumerate(dps)}
+    by_ep, ep_members = _ep_group_slowdowns(w, dps, mean_ideal)
+    if by_ep:
+        group_cells = [(min(int(ranks[s, dp_index[dp]]) for dp in ep_members[g]), g, s)
+                       for s in stages for g in ep_members]
+        by_group = {g: by_ep[g] for g in ep_members}
+        n_workers = worker_count(len(group_cells), worker_percent)
+        worst_groups = worst_workers(group_cells, by_group, by_stage, n_workers)
+        worst = [(int(ranks[s, dp_index[dp]]), dp, s) for _, g, s in worst_groups for dp in ep_members[g]]
+    else:
+        worst_groups = []
+        n_workers = worker_count(len(cells), worker_percent)
+        worst = worst_workers(cells, by_dp, by_stage, n_workers)
+    sel = np.zeros((model.num_ops, len(dps)), dtype=bool)
     for _, dp, s in worst:
         sel[stage_of == s, dp_index[dp]] = True
     t_mw = simulate(model, w.ideal, w.original, np.stack([~sel, sel])).step_time
@@ -179,6 +221,10 @@ def analyze(
     corr = fwd_bwd_correlation(model, w.arrays.duration)
     cv = forward_time_cv(model, w.arrays.duration)
     verdict, reason = decide(slowdown, worker_share, last_share, cv, corr, rule)
+    if verdict == "worker" and worst_groups:
+        named = "; ".join(f"expert group {g} (DP ranks {_ranges(ep_members[g])}) on stage {s}"
+                          for _, g, s in worst_groups)
+        reason = f"{reason}: {named} — its members exchange tokens in every MoE layer, so one slow GPU slows them all"
 
     per_step_table = pd.DataFrame(
         {
@@ -207,6 +253,8 @@ def analyze(
         worker_share=worker_share,
         worker_share_added=worker_share_added,
         worker_share_cells=[(dp, s) for _, dp, s in worst],
+        slowdown_by_ep_group=by_ep or None,
+        worker_share_ep_groups=[(g, s) for _, g, s in worst_groups] or None,
         fwd_bwd_correlation=corr,
         forward_time_cv=cv,
         wasted_gpu_fraction=1.0 - 1.0 / slowdown,

@@ -130,6 +130,9 @@ class DependencyModel:
     reference_dp_rank: int
     overlapped_grad_reduce: bool
     compute_order: tuple[np.ndarray, ...]  #: per stage, compute-stream op ids in execution order
+    #: expert-parallel coupling: per traced DP rank (in ``dp_ranks`` order) the index of its expert group, or None.
+    #: Forward/backward compute of the members of one group end together (the MoE all-to-alls in every layer).
+    ep_groups: np.ndarray | None = None
 
     @property
     def num_ops(self) -> int:

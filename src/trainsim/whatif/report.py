@@ -76,6 +76,22 @@ def render(result: WhatIfResult, console: Console) -> None:
         by_dp.add_row(str(k), f"{v:.4f}")
     console.print(by_dp)
 
+    if result.slowdown_by_ep_group:
+        members: dict[int, list[int]] = {}
+        session = result.session
+        if session is not None and session.model.ep_groups is not None:
+            for dp, g in zip(session.dp_ranks, session.model.ep_groups, strict=True):
+                members.setdefault(int(g), []).append(int(dp))
+        by_ep = Table(title="slowdown by expert-parallel group (DP ranks exchanging tokens)", title_justify="left")
+        by_ep.add_column("group", justify="right")
+        by_ep.add_column("DP ranks", justify="right")
+        by_ep.add_column("S", justify="right")
+        for g, v in sorted(result.slowdown_by_ep_group.items(), key=lambda kv: -kv[1])[:TOP_DP_RANKS]:
+            ranks = members.get(int(g), [])
+            shown = f"{min(ranks)}-{max(ranks)}" if ranks and max(ranks) - min(ranks) + 1 == len(ranks) else str(ranks)
+            by_ep.add_row(str(g), shown, f"{v:.4f}")
+        console.print(by_ep)
+
     worst = sorted(result.slowdown_by_step.items(), key=lambda kv: -kv[1])[:TOP_STEPS]
     by_step = Table(title=f"slowest steps (of {len(result.steps)})", title_justify="left")
     by_step.add_column("step", justify="right")

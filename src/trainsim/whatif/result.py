@@ -98,6 +98,10 @@ class WhatIfResult:
     step_by_stage: pd.DataFrame  #: index step, one column per stage
     step_by_dp_rank: pd.DataFrame  #: index step, one column per DP rank
     session: WhatIf | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: expert-parallel jobs: slowdown from restoring each expert group's original times into the ideal run
+    slowdown_by_ep_group: dict[int, float] | None = None
+    #: expert-parallel jobs: the (expert group, stage) cells idealized for ``worker_share``
+    worker_share_ep_groups: list[tuple[int, int]] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -132,7 +136,11 @@ class WhatIfResult:
             "launch_delay_by_dp_rank": _keyed(self.launch_delay_by_dp_rank),
             "idealization": dict(self.idealization),
         }
-        return {k: d[k] for k in JSON_KEYS}
+        out = {k: d[k] for k in JSON_KEYS}
+        if self.slowdown_by_ep_group:
+            out["slowdown_by_ep_group"] = _keyed(self.slowdown_by_ep_group)
+            out["worker_share_ep_groups"] = [[int(g), int(s)] for g, s in self.worker_share_ep_groups or []]
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
         """:meth:`to_dict` as JSON text."""

@@ -132,6 +132,9 @@ class WhatIf:
             reference_dp_rank=ref_dp,
         )
         self.arrays: TraceArrays = align(df, self.model)
+        if m.ep_groups:  # expert-parallel coupling of the traced DP ranks
+            labels = np.asarray(m.ep_groups)[self.arrays.dp_ranks]
+            self.model = dataclasses.replace(self.model, ep_groups=labels)
         self.decomposition: Decomposition = decompose(self.model, self.arrays)
         self.actual = Inputs(self.decomposition.work, self.decomposition.launch_delay)
         self.original = Inputs(self.decomposition.work)

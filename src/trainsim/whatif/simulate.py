@@ -3,7 +3,9 @@
 An operation starts when its dependencies have ended (plus its launch delay, when kept); a local operation
 ends after its work time; the members of a communication group all end at the group's latest start (taken
 across DP ranks for DP-synchronised groups) plus their own transfer time. Steps are independent and start at
-0; the step time is the end of the last optimizer.
+0; the step time is the end of the last optimizer. With expert parallelism (``model.ep_groups``) the forward
+and backward compute of the DP ranks of one expert group end together, at the latest of their own ends: they
+exchange tokens in every MoE layer, so the group runs at its slowest member's pace.
 
 The model is walked once in topological order while every quantity is an array over ``(scenario, step,
 dp_rank)``: one pass simulates all steps and DP ranks of many what-if scenarios at once. A scenario takes each
@@ -19,7 +21,7 @@ import dataclasses
 import numpy as np
 
 from trainsim.errors import TrainsimError
-from trainsim.io.traces import OPTIMIZER
+from trainsim.io.traces import BACKWARD_COMPUTE, FORWARD_COMPUTE, OPTIMIZER
 from trainsim.whatif.model import DependencyModel
 
 #: Memory budget (bytes) of the per-operation end-time buffer; larger batches are split into chunks of
@@ -125,6 +127,9 @@ def _run(model: DependencyModel, base: Inputs, alt: Inputs, masks: np.ndarray, r
     end = np.empty((model.num_ops, n_k, n_s, n_d))
     start = np.empty_like(end) if record else None
     vary = masks.any(axis=(0, 2))  # ops whose inputs differ between scenarios
+    ep_members = _ep_members(model)
+    coupled = (np.isin(model.ops["optype"].to_numpy(), (FORWARD_COMPUTE, BACKWARD_COMPUTE))
+               if ep_members else np.zeros(model.num_ops, dtype=bool))
     for node in model.schedule:
         if not node.is_group:
             v = int(node.members[0])
@@ -133,6 +138,9 @@ def _run(model: DependencyModel, base: Inputs, alt: Inputs, masks: np.ndarray, r
                 start[v] = st
             w = _pick(base.work[v], alt.work[v], masks[:, v] if vary[v] else None)
             end[v] = st + w
+            if coupled[v]:
+                for idx in ep_members:
+                    end[v][..., idx] = end[v][..., idx].max(axis=-1, keepdims=True)
             continue
         starts = [
             _start(end, d, int(m), base, alt, masks if vary[int(m)] else None)
@@ -151,6 +159,15 @@ def _run(model: DependencyModel, base: Inputs, alt: Inputs, masks: np.ndarray, r
     opt = np.flatnonzero(model.ops["optype"].to_numpy() == OPTIMIZER)
     step_time = end[opt].max(axis=(0, 3))
     return Simulation(step_time=step_time, start=start, end=end if record else None)
+
+
+def _ep_members(model: DependencyModel) -> list[np.ndarray]:
+    """DP-rank indices of every expert group with more than one traced member."""
+    if model.ep_groups is None:
+        return []
+    labels = np.asarray(model.ep_groups)
+    out = [np.flatnonzero(labels == g) for g in np.unique(labels)]
+    return [idx for idx in out if idx.size > 1]
 
 
 def _start(

@@ -91,6 +91,6 @@ def iteration_flops(job: Job, convention: FlopsConvention = "megatron") -> Itera
         recomputed = sum(n for s in range(job.parallelism.pp) for (_moe, mode), n in stage_layer_counts(job, s).items()
                          if mode == "full")
         hardware += layers_fwd * recomputed / model.num_layers
-    elif tr.recompute_granularity == "selective" and tr.attention == "unfused":
+    elif tr.recompute_granularity == "selective" and job.attention_path != "flash":
         hardware += model.num_layers * _attention_score_flops(model, tokens, seq, "megatron")
     return IterationFlops(model_flops, hardware, convention)

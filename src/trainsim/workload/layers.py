@@ -9,12 +9,16 @@ activation casts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from trainsim.spec.training import element_bytes
-from trainsim.workload.ops import DTYPE_BYTES, CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
+from trainsim.workload import fusion as fz
+from trainsim.workload.fp8 import recipe_cost
+from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
+from trainsim.workload.ops import CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -32,8 +36,19 @@ class Shard:
     ep: int = 1
     sequence_parallel: bool = False
     precision: str = "bf16"
-    attention: str = "flash"
+    attention: str = "flash"  # flash | unfused (fused softmax on s² scores) | eager (fp32 softmax chain)
     recompute: str = "none"
+    fusion: Fusion = DEFAULT_FUSION  # the stack's elementwise fusions (trainsim.workload.fusion)
+    etp: int | None = None  # expert tensor-parallel size (None: tp)
+    fp8_recipe: str | None = None
+    recompute_modules: tuple[str, ...] = ()
+    moe_shared_expert_overlap: bool = False
+    moe_a2a_overlap: bool = False
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel size of the expert layers."""
+        return self.etp if self.etp is not None else self.tp
 
     @property
     def tokens(self) -> int:
@@ -96,8 +111,14 @@ def shard_of(job: Job) -> Shard:
         ep=par.ep,
         sequence_parallel=job.sequence_parallel,
         precision=tr.precision,
-        attention=tr.attention,
+        attention=job.attention_path,
         recompute=tr.recompute_granularity,
+        fusion=fusion_of(job),
+        etp=par.expert_tp,
+        fp8_recipe=tr.fp8_recipe if tr.precision == "fp8" else None,
+        recompute_modules=tuple(tr.recompute_modules),
+        moe_shared_expert_overlap=tr.moe_shared_expert_overlap,
+        moe_a2a_overlap=tr.moe_a2a_overlap,
     )
 
 
@@ -107,23 +128,24 @@ def _ew(shard: Shard, name: str, phase: Phase, nbytes: float, flops: float = 0.0
 
 
 def _casts(shard: Shard, elements: float) -> list[ComputeOp]:
-    """FP8 quantization of a GEMM input (read 16-bit, write FP8 and its transpose)."""
+    """FP8 quantization of a GEMM input with the job's recipe (:mod:`trainsim.workload.fp8`)."""
     if shard.precision != "fp8":
         return []
-    return [_ew(shard, "fp8_cast", "fwd", elements * 4.0)]
+    return [_ew(shard, "fp8_cast", "fwd", elements * recipe_cost(shard.fp8_recipe).cast_bytes)]
 
 
-def _norm(name: str, shard: Shard, h: int) -> tuple[ComputeOp, ComputeOp]:
+def _norm(name: str, shard: Shard, h: int, rms: bool = False) -> tuple[ComputeOp, ComputeOp]:
+    """LayerNorm/RMSNorm over ``h`` (fused, or the stack's eager RMSNorm chain when ``rms``)."""
     n = shard.elementwise_tokens * h
-    e = shard.act_bytes
-    return _ew(shard, name, "fwd", 2 * e * n, 5.0 * n), _ew(shard, f"{name}_grad", "bwd", 3 * e * n, 8.0 * n)
+    f, b = fz.norm_bytes(shard.fusion, shard.act_bytes, rms)
+    return _ew(shard, name, "fwd", f * n, 5.0 * n), _ew(shard, f"{name}_grad", "bwd", b * n, 8.0 * n)
 
 
-def _dropout_add(name: str, shard: Shard, h: int) -> tuple[ComputeOp, ComputeOp]:
-    """Fused bias + dropout + residual add: read two tensors, write one, keep a 1-byte mask."""
-    n = shard.elementwise_tokens * h
-    e = shard.act_bytes
-    return _ew(shard, name, "fwd", (3 * e + 1) * n), _ew(shard, f"{name}_grad", "bwd", (3 * e + 1) * n)
+def _dropout_add(name: str, shard: Shard, model: Model) -> tuple[ComputeOp, ComputeOp]:
+    """Bias + dropout + residual add (fused: read two tensors, write one, a 1-byte mask when dropout runs)."""
+    n = shard.elementwise_tokens * model.hidden_size
+    f, b = fz.dropout_add_bytes(shard.fusion, shard.act_bytes, model.add_bias_linear, model.hidden_dropout > 0)
+    return _ew(shard, name, "fwd", f * n), _ew(shard, f"{name}_grad", "bwd", b * n)
 
 
 def _tp_comm(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) -> tuple[CommOp, ...]:
@@ -162,6 +184,48 @@ def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, gemm_name: str
     return ()
 
 
+def _mla_projections(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[ComputeOp], list[ComputeOp]]:
+    """Multi-head latent attention projections (Megatron-Core ``MLASelfAttention``): the down-projections to the
+    query and key/value latents (replicated over TP), their RMSNorms, and the column-parallel up-projections to
+    ``heads/tp`` query heads of ``qk_head_dim + qk_pos_emb_head_dim`` and key/value heads of ``qk_head_dim`` +
+    ``v_head_dim`` (the decoupled RoPE key is shared by all heads). Returns (forward, backward, up-projection forward
+    ops recomputed with ``--recompute-modules mla_up_proj``)."""
+    t, h, tp = shard.tokens, model.hidden_size, shard.tp
+    heads = model.num_attention_heads // tp
+    qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+    dt, e = shard.gemm_dtype, shard.act_bytes
+    fwd: list[ComputeOp] = []
+    bwd: list[ComputeOp] = []
+    up: list[ComputeOp] = []
+
+    def linear(name: str, n: int, k: int, is_up: bool = False) -> None:
+        f, d, w = gemm_with_grads(name, t, n, k, dt)
+        fwd.extend(_casts(shard, t * k))
+        fwd.append(f)
+        bwd.extend((d, w))
+        if is_up:
+            up.append(f)
+
+    def norm(name: str, width: int) -> None:
+        n = t * width
+        fwd.append(_ew(shard, name, "fwd", 2 * e * n, 5.0 * n))
+        bwd.append(_ew(shard, f"{name}_grad", "bwd", 3 * e * n, 8.0 * n))
+
+    if model.q_lora_rank:
+        linear("q_down", model.q_lora_rank, h)
+        norm("q_norm", model.q_lora_rank)
+        linear("q_up", heads * (qk + rope), model.q_lora_rank, is_up=True)
+    else:
+        linear("q_proj", heads * (qk + rope), h)
+    linear("kv_down", model.kv_lora_rank + rope, h)
+    norm("kv_norm", model.kv_lora_rank)
+    linear("kv_up", heads * (qk + v), model.kv_lora_rank, is_up=True)
+    n = t * (heads + 1) * rope
+    fwd.append(_ew(shard, "rope", "fwd", 2 * e * n, 3.0 * n))
+    bwd.append(_ew(shard, "rope_grad", "bwd", 2 * e * n, 3.0 * n))
+    return fwd, bwd, up
+
+
 def _attention_block(model: Model, shard: Shard) -> Work:
     b, s, tp, cp = shard.micro_batch, shard.seq, shard.tp, shard.cp
     h, d = model.hidden_size, model.head_dim
@@ -175,52 +239,75 @@ def _attention_block(model: Model, shard: Shard) -> Work:
     core_fwd: list[ComputeOp] = []
     core_bwd: list[ComputeOp] = []
 
-    ln_f, ln_b = _norm("input_norm", shard, h)
+    ln_f, ln_b = _norm("input_norm", shard, h, model.normalization == "RMSNorm")
     fwd.append(ln_f)
     bwd.append(ln_b)
-    fwd += _casts(shard, t * h)
-    q_f, q_d, q_w = gemm_with_grads("qkv", t, (heads + 2 * groups) * d, h, dt)
-    fwd.append(q_f)
-    bwd += [q_d, q_w]
-    if model.position_embedding_type == "rope":
-        n = t * (heads + groups) * d
-        fwd.append(_ew(shard, "rope", "fwd", 2 * e * n, 3.0 * n))
-        bwd.append(_ew(shard, "rope_grad", "bwd", 2 * e * n, 3.0 * n))
+    up_recompute: list[ComputeOp] = []
+    first_gemm = "qkv"
+    if model.multi_latent_attention:
+        m_f, m_b, up = _mla_projections(model, shard)
+        fwd += m_f
+        bwd += m_b
+        first_gemm = "q_down" if model.q_lora_rank else "q_proj"
+        if "mla_up_proj" in shard.recompute_modules:
+            up_recompute = up
+        d = (model.head_dim + model.v_dim) // 2  # attention FLOPs: QKᵀ over qk dims, PV over v dims
+    else:
+        fwd += _casts(shard, t * h)
+        q_f, q_d, q_w = gemm_with_grads("qkv", t, (heads + 2 * groups) * d, h, dt)
+        fwd.append(q_f)
+        bwd += [q_d, q_w]
+        if model.qk_layernorm:
+            n = t * (heads + groups) * d
+            fwd.append(_ew(shard, "qk_norm", "fwd", 2 * e * n, 5.0 * n))
+            bwd.append(_ew(shard, "qk_norm_grad", "bwd", 3 * e * n, 8.0 * n))
+        if model.position_embedding_type == "rope":
+            n = t * (heads + groups) * d
+            rf, rb = fz.rope_bytes(shard.fusion, e)
+            fwd.append(_ew(shard, "rope", "fwd", rf * n, 3.0 * n))
+            bwd.append(_ew(shard, "rope_grad", "bwd", rb * n, 3.0 * n))
     if shard.attention == "flash":
         seq_q = s // cp
         adt = shard.attention_dtype
-        core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, s, d, model.causal, adt))
-        core_bwd.append(attention("flash_attn_grad", "bwd", b, heads, seq_q, s, d, model.causal, adt))
+        # sliding-window / chunked layers: the keys actually attended, averaged over the layers
+        seq_kv = max(1, round(s * model.attention_span(s))) if model.causal else s
+        core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
+        core_bwd.append(attention("flash_attn_grad", "bwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
     else:
-        # Megatron's unfused core attention: QKᵀ and AV as batched GEMMs over all s² scores (the causal mask does
-        # not save work), fused scale-mask-softmax and attention dropout as memory-bound kernels.
+        # Megatron's core attention on the s² scores: QKᵀ and AV as batched GEMMs over all s² scores (the causal
+        # mask does not save work), the softmax (fused kernel, or the eager fp32 chain: trainsim.workload.fusion)
+        # and attention dropout (when the model and the stack run it) as memory-bound kernels.
         scores = b * heads * s * s
-        core_fwd.append(gemm("attn_qk", "fwd", s, s, d, "bf16" if dt == "fp8" else dt, batch=b * heads))
-        core_fwd.append(_ew(shard, "softmax", "fwd", 2 * e * scores, 5.0 * scores))
-        core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
-        core_fwd.append(gemm("attn_av", "fwd", s, d, s, "bf16" if dt == "fp8" else dt, batch=b * heads))
+        sf, sb = fz.softmax_bytes(shard.attention, e)
+        drop = model.attention_dropout > 0 and shard.fusion.dropout
         gdt = "bf16" if dt == "fp8" else dt
-        core_bwd += [
-            gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads, grad_of="attn_av"),
-            gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av"),  # of V: no weights
-            _ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores),
-            _ew(shard, "softmax_grad", "bwd", 3 * e * scores, 4.0 * scores),
-            gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),
-            gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),  # of K: no weights
-        ]
+        core_fwd.append(gemm("attn_qk", "fwd", s, s, d, gdt, batch=b * heads))
+        core_fwd.append(_ew(shard, "softmax", "fwd", sf * scores, 5.0 * scores))
+        if drop:
+            core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
+        core_fwd.append(gemm("attn_av", "fwd", s, d, s, gdt, batch=b * heads))
+        core_bwd += [gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads, grad_of="attn_av"),
+                     gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av")]  # of V
+        if drop:
+            core_bwd.append(_ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores))
+        core_bwd += [_ew(shard, "softmax_grad", "bwd", sb * scores, 4.0 * scores),
+                     gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),
+                     gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk")]  # of K
     fwd += core_fwd
     bwd += core_bwd
-    fwd += _casts(shard, t * heads * d)
-    p_f, p_d, p_w = gemm_with_grads("attn_proj", t, h, heads * d, dt)
+    vd = model.v_dim
+    fwd += _casts(shard, t * heads * vd)
+    p_f, p_d, p_w = gemm_with_grads("attn_proj", t, h, heads * vd, dt)
     fwd.append(p_f)
     bwd += [p_d, p_w]
-    da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, h)
+    da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
 
-    comm_fwd = _tp_comm(shard, h, "attn_in", True, "qkv") + _tp_comm(shard, h, "attn_out", False, "attn_proj")
+    comm_fwd = (_tp_comm(shard, h, "attn_in", True, first_gemm)
+                + _tp_comm(shard, h, "attn_out", False, "attn_proj"))
     comm_bwd = (_tp_comm_bwd(shard, h, "attn_out", False, "attn_proj")
-                + _tp_comm_bwd(shard, h, "attn_in", True, "qkv"))
+                + _tp_comm_bwd(shard, h, "attn_in", True, first_gemm))
     if cp > 1:
         # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward).
         kv_block = 2 * b * (s // cp) * groups * d * e
@@ -228,12 +315,12 @@ def _attention_block(model: Model, shard: Shard) -> Work:
         comm_fwd += (CommOp("cp_kv_ring", "send_recv", "cp", "fwd", (cp - 1) * kv_block, ring, True),)
         comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", "cp", "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
                             True),)
-    recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention == "unfused" else ()
-    return Work(tuple(fwd), tuple(bwd), recompute, comm_fwd, comm_bwd)
+    recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention != "flash" else ()
+    return Work(tuple(fwd), tuple(bwd), recompute + tuple(up_recompute), comm_fwd, comm_bwd)
 
 
 def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard: Shard,
-               batch: int = 1) -> tuple[list[ComputeOp], list[ComputeOp]]:
+               batch: int = 1, bias: bool = True) -> tuple[list[ComputeOp], list[ComputeOp]]:
     e = shard.act_bytes
     up = 2 * ffn if swiglu else ffn
     fwd: list[ComputeOp] = []
@@ -243,12 +330,13 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     fwd.append(f1)
     bwd += [d1, w1]
     n = batch * t * ffn
+    af, ab = fz.activation_bytes(shard.fusion, e, swiglu, bias)
     if swiglu:
-        fwd.append(_ew(shard, f"{name}_swiglu", "fwd", 3 * e * n, 6.0 * n))
-        bwd.append(_ew(shard, f"{name}_swiglu_grad", "bwd", 5 * e * n, 10.0 * n))
+        fwd.append(_ew(shard, f"{name}_swiglu", "fwd", af * n, 6.0 * n))
+        bwd.append(_ew(shard, f"{name}_swiglu_grad", "bwd", ab * n, 10.0 * n))
     else:
-        fwd.append(_ew(shard, f"{name}_bias_gelu", "fwd", 2 * e * n, 10.0 * n))
-        bwd.append(_ew(shard, f"{name}_bias_gelu_grad", "bwd", 3 * e * n, 16.0 * n))
+        fwd.append(_ew(shard, f"{name}_bias_gelu", "fwd", af * n, 10.0 * n))
+        bwd.append(_ew(shard, f"{name}_bias_gelu_grad", "bwd", ab * n, 16.0 * n))
     fwd += _casts(shard, n)
     f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
     fwd.append(f2)
@@ -256,60 +344,127 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     return fwd, bwd
 
 
+def moe_expert_tokens(model: Model, shard: Shard) -> tuple[float, float]:
+    """(token copies this GPU dispatches, token rows its experts compute) for one micro-batch of one MoE layer.
+
+    Megatron's MoE layer takes the sequence-parallel input (``tokens/tp`` per GPU); each token goes to ``topk``
+    experts, so a GPU dispatches ``tokens·topk/tp`` copies over the expert-parallel group and, after the all-gather
+    over the expert tensor-parallel group, its ``experts/ep`` local experts compute ``tokens·topk·etp/tp`` rows of
+    ``ffn/etp`` columns. The busiest rank receives ``moe_load_imbalance`` times the mean (capped by the capacity
+    factor when tokens are dropped).
+    """
+    return expert_rows(model, shard.tokens, shard.tp, shard.expert_tp)
+
+
+def expert_rows(model: Model, tokens: float, tp: int, etp: int) -> tuple[float, float]:
+    """:func:`moe_expert_tokens` for ``tokens`` tokens per context-parallel rank (shared with the memory model)."""
+    copies = tokens * model.moe_router_topk / tp
+    load = model.moe_load_imbalance
+    if model.moe_expert_capacity_factor is not None:
+        load = min(load, model.moe_expert_capacity_factor)
+    return copies, copies * etp * load
+
+
+def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[ComputeOp], list[ComputeOp],
+                                                      tuple[CommOp, ...], tuple[CommOp, ...]]:
+    """Router, permutation, token dispatch, grouped expert GEMMs, combine and shared expert of one MoE layer.
+
+    Mirrors Megatron-Core's ``MoELayer`` with the all-to-all token dispatcher: router (a GEMM to ``num_experts``
+    logits on the local ``tokens/tp`` tokens, top-k and the load-balancing loss or the expert-bias update of
+    auxiliary-loss-free balancing), permutation (gather of the token copies by expert), all-to-all dispatch over the
+    EP group, all-gather over the expert-TP group, grouped GEMMs (``experts/ep`` experts at once), then the mirror
+    path (reduce-scatter, all-to-all combine, unpermute with the routing weights). The shared expert is an ordinary
+    TP MLP on all tokens; with ``--moe-shared-expert-overlap`` it runs while the tokens are dispatched. Returns
+    (forward, backward, activation-recompute, forward comm, backward comm).
+    """
+    h, tp, etp = model.hidden_size, shard.tp, shard.expert_tp
+    dt, e = shard.gemm_dtype, shard.act_bytes
+    experts = model.num_experts or 1
+    local_experts = max(1, experts // shard.ep)
+    t_local = shard.tokens // tp
+    copies, rows = moe_expert_tokens(model, shard)
+    fwd: list[ComputeOp] = []
+    bwd: list[ComputeOp] = []
+    r_f, r_d, r_w = gemm_with_grads("router", t_local, experts, h, "fp32" if dt == "tf32" else "bf16")
+    fwd.append(r_f)
+    bwd += [r_d, r_w]
+    scores = t_local * experts
+    # softmax/sigmoid, top-k, normalisation (+ the aux-loss statistics or the expert-bias correction): ~6 fp32 passes
+    fwd.append(_ew(shard, "router_topk", "fwd", 6 * 4.0 * scores, 10.0 * scores))
+    bwd.append(_ew(shard, "router_topk_grad", "bwd", 4 * 4.0 * scores, 6.0 * scores))
+    perm = copies * h * e
+    fwd.append(_ew(shard, "moe_permute", "fwd", 2 * perm))  # gather copies: read rows, write permuted rows
+    bwd.append(_ew(shard, "moe_permute_grad", "bwd", 2 * perm))
+    per_expert = max(1, round(rows / local_experts))
+    f, b_ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.swiglu, dt, shard,
+                       batch=local_experts)
+    fwd += f
+    bwd += b_
+    act_recompute = [op for op in f if op.name.startswith("expert_") and op.kind == "elementwise"
+                     and "moe_act" in shard.recompute_modules]
+    fwd.append(_ew(shard, "moe_unpermute", "fwd", 3 * perm))  # scatter-add weighted copies back to tokens
+    bwd.append(_ew(shard, "moe_unpermute_grad", "bwd", 3 * perm))
+    shared = model.moe_shared_expert_intermediate_size or 0
+    comm_fwd: list[CommOp] = []
+    comm_bwd: list[CommOp] = []
+    if shared:
+        f, b_ = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.swiglu, dt, shard)
+        fwd += f
+        bwd += b_
+        comm_fwd += _tp_comm(shard, h, "shared_in", True, "shared_expert_fc1")
+        comm_fwd += _tp_comm(shard, h, "shared_out", False, "shared_expert_fc2")
+        comm_bwd += _tp_comm_bwd(shard, h, "shared_out", False, "shared_expert_fc2")
+        comm_bwd += _tp_comm_bwd(shard, h, "shared_in", True, "shared_expert_fc1")
+    if shard.ep > 1:
+        a2a = copies * model.moe_load_imbalance * h * e  # the busiest receiver sets the pace
+        hide = "shared_expert_fc1" if shared and shard.moe_shared_expert_overlap else ""
+        hide_c = "shared_expert_fc2" if shared and shard.moe_shared_expert_overlap else ""
+        if shard.moe_a2a_overlap:  # another micro-batch's attention runs meanwhile (merged 1F1B / DualPipe)
+            hide, hide_c = "flash_attn", "attn_proj"
+        comm_fwd += [CommOp("moe_dispatch", "all_to_all", "ep", "fwd", a2a, hide, bool(hide)),
+                     CommOp("moe_combine", "all_to_all", "ep", "fwd", a2a, hide_c, bool(hide_c))]
+        hide_b = "flash_attn_grad" if shard.moe_a2a_overlap else ""
+        hide_bc = "attn_proj_dgrad" if shard.moe_a2a_overlap else ""
+        comm_bwd += [CommOp("moe_combine_grad", "all_to_all", "ep", "bwd", a2a, hide_b, bool(hide_b)),
+                     CommOp("moe_dispatch_grad", "all_to_all", "ep", "bwd", a2a, hide_bc, bool(hide_bc))]
+    if etp > 1:
+        ag = rows * h * e
+        comm_fwd += [CommOp("moe_etp_gather", "all_gather", "etp", "fwd", ag),
+                     CommOp("moe_etp_scatter", "reduce_scatter", "etp", "fwd", ag)]
+        comm_bwd += [CommOp("moe_etp_gather_grad", "all_gather", "etp", "bwd", ag),
+                     CommOp("moe_etp_scatter_grad", "reduce_scatter", "etp", "bwd", ag)]
+    return fwd, bwd, act_recompute, tuple(comm_fwd), tuple(comm_bwd)
+
+
 def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
     h, tp = model.hidden_size, shard.tp
     t = shard.tokens
     dt = shard.gemm_dtype
-    e = shard.act_bytes
     fwd: list[ComputeOp] = []
     bwd: list[ComputeOp] = []
-    ln_f, ln_b = _norm("mlp_norm", shard, h)
+    recompute: list[ComputeOp] = []
+    ln_f, ln_b = _norm("mlp_norm", shard, h, model.normalization == "RMSNorm")
     fwd.append(ln_f)
     bwd.append(ln_b)
-    first_gemm = "mlp_fc1" if not moe else "router"
-    comm_fwd: tuple[CommOp, ...] = _tp_comm(shard, h, "mlp_in", True, first_gemm)
-    comm_bwd: tuple[CommOp, ...] = ()
     if not moe:
-        f, b_ = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard)
+        comm_fwd: tuple[CommOp, ...] = _tp_comm(shard, h, "mlp_in", True, "mlp_fc1")
+        f, b_ = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard, bias=model.add_bias_linear)
         fwd += f
         bwd += b_
     else:
-        experts = model.num_experts or 1
-        k = model.moe_router_topk
-        local_experts = experts // shard.ep
-        routed = t * k  # token copies this GPU computes, balanced over the EP group
-        per_expert = max(1, -(-routed // local_experts))
-        r_f, r_d, r_w = gemm_with_grads("router", t, experts, h, "fp32" if dt == "tf32" else "bf16")
-        fwd.append(r_f)
-        bwd += [r_d, r_w]
-        perm = routed * h * e
-        fwd.append(_ew(shard, "moe_permute", "fwd", 4 * perm))
-        bwd.append(_ew(shard, "moe_permute_grad", "bwd", 4 * perm))
-        f, b_ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // tp, model.swiglu, dt, shard,
-                           batch=local_experts)
+        f, b_, recompute, comm_fwd, moe_bwd = _moe_block(model, shard)
         fwd += f
         bwd += b_
-        fwd.append(_ew(shard, "moe_unpermute", "fwd", 4 * perm))
-        bwd.append(_ew(shard, "moe_unpermute_grad", "bwd", 4 * perm))
-        shared = model.moe_shared_expert_intermediate_size or 0
-        if shared:
-            f, b_ = _mlp_gemms("shared_expert", t, h, shared // tp, model.swiglu, dt, shard)
-            fwd += f
-            bwd += b_
-        if shard.ep > 1:
-            a2a = routed * h * e
-            comm_fwd += (CommOp("moe_dispatch", "all_to_all", "ep", "fwd", a2a),
-                         CommOp("moe_combine", "all_to_all", "ep", "fwd", a2a))
-            comm_bwd += (CommOp("moe_combine_grad", "all_to_all", "ep", "bwd", a2a),
-                         CommOp("moe_dispatch_grad", "all_to_all", "ep", "bwd", a2a))
-    da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, h)
+    da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
-    last_gemm = "mlp_fc2" if not moe else "expert_fc2"
-    comm_fwd += _tp_comm(shard, h, "mlp_out", False, last_gemm)
-    comm_bwd = (_tp_comm_bwd(shard, h, "mlp_out", False, last_gemm) + comm_bwd
-                + _tp_comm_bwd(shard, h, "mlp_in", True, first_gemm))
-    return Work(tuple(fwd), tuple(bwd), (), comm_fwd, comm_bwd)
+    if not moe:
+        comm_fwd += _tp_comm(shard, h, "mlp_out", False, "mlp_fc2")
+        comm_bwd = (_tp_comm_bwd(shard, h, "mlp_out", False, "mlp_fc2")
+                    + _tp_comm_bwd(shard, h, "mlp_in", True, "mlp_fc1"))
+    else:
+        comm_bwd = moe_bwd
+    return Work(tuple(fwd), tuple(bwd), tuple(recompute), comm_fwd, comm_bwd)
 
 
 @lru_cache(maxsize=4096)
@@ -322,9 +477,18 @@ def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
     if shard.recompute == "full":
         recompute, comm_re = fwd, comm_fwd
     else:
-        recompute, comm_re = a.recompute, ()
-    return Work(fwd, m.bwd + a.bwd, recompute, comm_fwd, m.comm_bwd + a.comm_bwd, comm_re,
+        recompute, comm_re = a.recompute + m.recompute, ()
+    mlp = model.moe_mlp_params / shard.ep if moe else model.dense_mlp_params
+    acc = _grad_accumulation(shard, "layer_grad_accumulation", (model.attention_params + mlp) / shard.tp)
+    return Work(fwd, m.bwd + a.bwd + acc, recompute, comm_fwd, m.comm_bwd + a.comm_bwd, comm_re,
                 tags=("moe",) if moe else ())
+
+
+def _grad_accumulation(shard: Shard, name: str, params: float) -> tuple[ComputeOp, ...]:
+    """Adding each micro-batch's weight gradients into the accumulation buffer, when the stack's wgrad GEMMs do not
+    accumulate in place (no gradient-accumulation fusion)."""
+    nbytes = fz.grad_accumulation_bytes(shard.fusion, shard.act_bytes) * params
+    return (elementwise(name, "bwd", nbytes, params, "fp32"),) if nbytes else ()
 
 
 @lru_cache(maxsize=1024)
@@ -338,9 +502,11 @@ def embedding_work(model: Model, shard: Shard) -> Work:
         fwd: tuple[ComputeOp, ...] = (f, _ew(shard, "embed_dropout", "fwd", (2 * e + 1) * t * h))
         return Work(fwd, (w, _ew(shard, "embed_dropout_grad", "bwd", (2 * e + 1) * t * h)))
     n = t * h
-    fwd = (_ew(shard, "embedding_lookup", "fwd", 3 * e * n),
-           _ew(shard, "embed_dropout", "fwd", (2 * e + 1) * shard.elementwise_tokens * h))
-    bwd = (_ew(shard, "embedding_grad", "bwd", (2 * e + 4) * n),)
+    fwd = (_ew(shard, "embedding_lookup", "fwd", 3 * e * n),)
+    if model.hidden_dropout > 0 and shard.fusion.dropout:
+        fwd += (_ew(shard, "embed_dropout", "fwd", (2 * e + 1) * shard.elementwise_tokens * h),)
+    bwd = (_ew(shard, "embedding_grad", "bwd", (2 * e + 4) * n),
+           *_grad_accumulation(shard, "embedding_grad_accumulation", model.padded_vocab_size(tp) // tp * h))
     comm_fwd: tuple[CommOp, ...] = ()
     comm_bwd: tuple[CommOp, ...] = ()
     if tp > 1:  # vocabulary-parallel embedding: partial sums are reduced (scattered with sequence parallelism)
@@ -353,17 +519,63 @@ def embedding_work(model: Model, shard: Shard) -> Work:
 
 @lru_cache(maxsize=1024)
 def head_work(model: Model, shard: Shard) -> Work:
-    """Final norm, output projection (LM head) and vocabulary-parallel cross-entropy on the last stage."""
+    """Final norm, output projection (LM head) and vocabulary-parallel cross-entropy on the last stage, followed by
+    the multi-token-prediction modules (Megatron-Core places them on the last stage)."""
+    main = _head(model, shard, "")
+    if not model.mtp_num_layers:
+        return main
+    parts = [main]
+    for depth in range(model.mtp_num_layers):
+        parts.append(_mtp_module(model, shard, depth))
+    return Work(
+        tuple(op for w in parts for op in w.fwd), tuple(op for w in reversed(parts) for op in w.bwd),
+        tuple(op for w in parts for op in w.recompute), tuple(op for w in parts for op in w.comm_fwd),
+        tuple(op for w in reversed(parts) for op in w.comm_bwd), tuple(op for w in parts for op in w.comm_recompute),
+        tags=("mtp",),
+    )
+
+
+def _mtp_module(model: Model, shard: Shard, depth: int) -> Work:
+    """One MTP depth (DeepSeek-V3 §2.2): RMSNorm of the previous hidden state and of the next token's embedding, the
+    ``2h → h`` projection, one transformer layer (MoE for MoE models), and its own output head and loss (the
+    embedding and head weights are shared with the main model)."""
+    h, t = model.hidden_size, shard.tokens
+    e = shard.act_bytes
+    pre_f: list[ComputeOp] = []
+    pre_b: list[ComputeOp] = []
+    for name in ("mtp_enorm", "mtp_hnorm"):
+        f, b = _norm(name, shard, h, model.normalization == "RMSNorm")
+        pre_f.append(f)
+        pre_b.append(b)
+    pre_f.append(_ew(shard, "mtp_embedding_lookup", "fwd", 3 * e * t * h))
+    p_f, p_d, p_w = gemm_with_grads("mtp_eh_proj", t, h // shard.tp, 2 * h, shard.gemm_dtype)
+    pre_f += [*_casts(shard, t * 2 * h), p_f]
+    pre_b += [p_d, p_w]
+    layer = layer_work(model, shard, model.is_moe)
+    out = _head(model, shard, "mtp_")
+    rename = f"mtp{depth}_" if depth else ""
+
+    def tag(ops: tuple[ComputeOp, ...] | list[ComputeOp]) -> tuple[ComputeOp, ...]:
+        return tuple(dataclasses.replace(op, name=rename + op.name) for op in ops) if rename else tuple(ops)
+
+    return Work(tag(pre_f) + layer.fwd + out.fwd, out.bwd + layer.bwd + tag(pre_b), layer.recompute,
+                layer.comm_fwd + out.comm_fwd, out.comm_bwd + layer.comm_bwd, layer.comm_recompute)
+
+
+def _head(model: Model, shard: Shard, prefix: str) -> Work:
     h, tp = model.hidden_size, shard.tp
     t = shard.tokens
     v = model.padded_vocab_size(tp) // tp
     e = shard.act_bytes
-    ln_f, ln_b = _norm("final_norm", shard, h)
-    f, d, w = gemm_with_grads("lm_head", t, v, h, "bf16" if shard.gemm_dtype == "fp8" else shard.gemm_dtype)
+    ln_f, ln_b = _norm(f"{prefix}final_norm", shard, h, model.normalization == "RMSNorm")
+    f, d, w = gemm_with_grads(f"{prefix}lm_head", t, v, h, "bf16" if shard.gemm_dtype == "fp8" else shard.gemm_dtype)
     logits = t * v
     # cross-entropy: cast logits to fp32, max, sum-exp, gather target (≈ 4 fp32 passes); backward writes grads
-    ce_f = _ew(shard, "cross_entropy", "fwd", (e + 4 * DTYPE_BYTES["fp32"]) * logits, 4.0 * logits)
-    ce_b = _ew(shard, "cross_entropy_grad", "bwd", (2 * DTYPE_BYTES["fp32"] + e) * logits, 3.0 * logits)
-    comm_fwd = _tp_comm(shard, h, "head_in", True, "lm_head")
-    comm_bwd = _tp_comm_bwd(shard, h, "head_in", True, "lm_head")
-    return Work((ln_f, f, ce_f), (ce_b, d, w, ln_b), (), comm_fwd, comm_bwd)
+    cf, cb = fz.cross_entropy_bytes(shard.fusion, e)
+    ce_f = _ew(shard, f"{prefix}cross_entropy", "fwd", cf * logits, 4.0 * logits)
+    ce_b = _ew(shard, f"{prefix}cross_entropy_grad", "bwd", cb * logits, 3.0 * logits)
+    comm_fwd = _tp_comm(shard, h, f"{prefix}head_in", True, f"{prefix}lm_head")
+    comm_bwd = _tp_comm_bwd(shard, h, f"{prefix}head_in", True, f"{prefix}lm_head")
+    acc = _grad_accumulation(shard, f"{prefix}lm_head_grad_accumulation", v * h) \
+        if model.untie_embeddings_and_output_weights and not prefix else ()
+    return Work((ln_f, f, ce_f), (ce_b, d, w, ln_b, *acc), (), comm_fwd, comm_bwd)

@@ -36,14 +36,21 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from trainsim.spec.training import element_bytes, saved_input_bytes
+from trainsim.spec.training import element_bytes
+from trainsim.workload import fusion as fz
+from trainsim.workload.fp8 import recipe_cost
+from trainsim.workload.fusion import Fusion, fusion_of
+from trainsim.workload.layers import expert_rows
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
 if TYPE_CHECKING:
+    from trainsim.spec.framework import Framework
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
 
+# Defaults of the allowance; a job's framework profile gives its own (cuda_context_bytes, nccl_bytes_per_group,
+# allocator_fragmentation).
 CUDA_CONTEXT_BYTES = 0.75e9
 NCCL_BYTES_PER_GROUP = 0.15e9
 FRAGMENTATION = 0.08
@@ -60,28 +67,49 @@ class StageMemory(BaseModel):
     optimizer_bytes: float
     activations_bytes: float
     other_bytes: float
+    optimizer_step_bytes: float = 0.0  # temporaries of the optimizer step (activations are freed by then)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def total_bytes(self) -> float:
-        """Sum of all parts."""
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.other_bytes)
+        """Peak: the model states and allowance plus the larger of the forward/backward activations and the
+        optimizer step's temporaries (they are never alive together)."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.other_bytes
+                + max(self.activations_bytes, self.optimizer_step_bytes))
+
+    @property
+    def allocated_bytes(self) -> float:
+        """The peak of tensor allocations alone (what ``torch.cuda.max_memory_allocated`` reports): the total
+        without the CUDA context, NCCL buffers and the allocator's reserve."""
+        return self.total_bytes - self.other_bytes
 
 
 def bytes_per_param(precision: str, zero_stage: int, shards: int,
-                    grads_fp32: bool | None = None) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter after ZeRO sharding over ``shards`` ranks."""
+                    grads_fp32: bool | None = None, fp8_recipe: str | None = None,
+                    framework: Framework | None = None) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter after ZeRO sharding over ``shards`` ranks (FP8: plus the
+    recipe's FP8 weight copies).
+
+    With a ``framework``, the optimizer holds its master weights (``main_params_dtype``; none when the optimizer
+    updates the parameters themselves), its two moments (``exp_avg_dtype``, ``exp_avg_sq_dtype``) and, when
+    gradients are 16-bit but master weights fp32, an fp32 copy of its gradient shard. Without one, Megatron's
+    table above (fp32 master weights and moments).
+    """
     if grads_fp32 is None:
         grads_fp32 = precision != "fp16"
-    if precision == "fp32":
+    if framework is not None:
+        w = framework.param_bytes(precision)
+        g = 4.0 if grads_fp32 else w
+        master = framework.master_bytes(precision)
+        o = master + framework.state_bytes() + (4.0 if master == 4.0 and not grads_fp32 else 0.0)
+    elif precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0
     elif grads_fp32:  # 16-bit params, fp32 grads: fp32 main params + Adam moments
         w, g, o = 2.0, 4.0, 12.0
     else:  # 16-bit params and grads: the optimizer also keeps fp32 main grads
         w, g, o = 2.0, 2.0, 16.0
     if precision == "fp8":
-        w += 1.0
+        w += recipe_cost(fp8_recipe).weight_copy_bytes
     if zero_stage >= 1:
         o /= shards
     if zero_stage >= 2:
@@ -91,13 +119,29 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int,
     return w, g, o
 
 
+def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
+    """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies)."""
+    if precision == "fp8":
+        return recipe_cost(fp8_recipe).saved_input_bytes
+    return element_bytes(precision)
+
+
 def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp: int, sequence_parallel: bool,
                            recompute: str, attention: str, act_bytes: float = 2.0, moe: bool = False,
-                           gemm_input_bytes: float | None = None) -> float:
+                           gemm_input_bytes: float | None = None, etp: int | None = None,
+                           recompute_modules: tuple[str, ...] = (), fusion: Fusion | None = None) -> float:
     """Activation bytes one layer keeps for one micro-batch until its backward pass.
 
-    ``gemm_input_bytes`` is the size of a saved linear-layer input element (1 with FP8, else ``act_bytes``).
+    ``gemm_input_bytes`` is the size of a saved linear-layer input element (:func:`saved_input_bytes`). MLA keeps
+    its latents and the up-projected Q/K/V (the latter recomputed instead with ``mla_up_proj`` in
+    ``recompute_modules``); an MoE layer keeps the router probabilities, the permuted expert inputs of the busiest
+    rank (``etp`` is the expert tensor-parallel size), the expert FC1 output and FC2 input (``moe_act`` recomputes the
+    activation instead of keeping the FC2 input), the expert outputs for the routing-weight gradient, and the
+    shared expert's tensors. ``attention`` is the attention path (``flash``, ``unfused``, ``eager``); ``fusion``
+    the stack's elementwise fusions (eager RMSNorm keeps its fp32 input and normalised output, eager SwiGLU its
+    SiLU output; dropout masks only where the stack runs dropout).
     """
+    fusion = fusion or Fusion()
     s = seq // cp
     b, h, d = micro_batch, model.hidden_size, model.head_dim
     e = act_bytes
@@ -108,30 +152,54 @@ def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp
     if recompute == "full":
         return e * sbh / rep
     heads, groups = model.num_attention_heads / tp, model.query_groups / tp
-    hd = 1.0 if model.hidden_dropout > 0 else 0.0
-    ad = model.attention_dropout > 0
+    hd = 1.0 if model.hidden_dropout > 0 and fusion.dropout else 0.0
+    ad = model.attention_dropout > 0 and fusion.dropout
+    sb = s * b
     # attention block
-    total = (e + q) * sbh / rep  # norm input, QKV input
-    total += e * s * b * (heads + groups) * d  # Q, K
-    total += e * s * b * groups * d  # V
-    total += q * s * b * heads * d  # projection input (attention output)
+    if model.multi_latent_attention:
+        qr, kvr, rope, vd = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_pos_emb_head_dim, model.v_dim
+        total = e * sbh / rep + q * sbh  # norm input, down-projection input (gathered: the down-projections
+        total += (e + q) * sb * (qr + kvr) + e * sb * rope  # are replicated over TP); latents and their norms
+        if "mla_up_proj" not in recompute_modules:
+            total += e * sb * heads * (2 * d + vd)  # Q, K (with RoPE parts) and V of the local heads
+        total += q * sb * heads * vd  # projection input
+    else:
+        vd = d
+        total = (e + q) * sbh / rep  # norm input, QKV input
+        total += e * sb * (heads + groups) * d  # Q, K
+        total += e * sb * groups * d  # V
+        total += q * sb * heads * d  # projection input (attention output)
     total += hd * sbh / rep  # dropout mask after the projection
-    if attention == "unfused":
+    if attention != "flash":
         if recompute != "selective":
             scores = heads * s * s * b
-            total += scores * (e + (e + 1 if ad else 0))  # softmax output, dropout output and mask
+            # softmax output (fp32 + 16-bit copy on the eager path), dropout output and mask
+            total += scores * (fz.softmax_saved_bytes(attention, e) + (e + 1 if ad else 0))
     else:
         total += 4.0 * b * heads * s  # softmax log-sum-exp (fp32)
+    if not fusion.norm and model.normalization == "RMSNorm":  # eager RMSNorm: fp32 input and its normalised copy
+        total += 2 * (4 + 4) * sbh / rep
     # MLP block
-    total += (e + q) * sbh / rep if not moe else e * sbh / rep  # norm input, FC1 input
+    total += e * sbh / rep  # norm input
+    mult = 2 if model.swiglu else 1
     if moe:
-        tokens = s * b * model.moe_router_topk
-        up = (2 if model.swiglu else 1) * model.expert_ffn_size / tp
-        total += q * tokens * h  # permuted expert input
-        total += e * tokens * up + q * tokens * model.expert_ffn_size / tp  # activation input, FC2 input
+        etp_ = tp if etp is None else etp
+        copies, rows = expert_rows(model, sb, tp, etp_)
+        total += 2 * 4.0 * sb / tp * (model.num_experts or 0)  # router logits and probabilities (fp32)
+        f = model.expert_ffn_size / etp_
+        total += q * rows * h  # permuted expert input (after the expert-TP all-gather)
+        total += e * rows * mult * f  # FC1 output = activation input
+        if "moe_act" not in recompute_modules:
+            total += q * rows * f  # FC2 input
+        total += e * copies * h  # expert outputs for the routing-weight gradient
+        shared = model.moe_shared_expert_intermediate_size or 0
+        if shared:
+            total += q * sbh / rep + e * sb * mult * shared / tp + q * sb * shared / tp
     else:
-        up = (2 if model.swiglu else 1) * model.ffn_size / tp
-        total += e * s * b * up + q * s * b * model.ffn_size / tp
+        total += q * sbh / rep  # FC1 input
+        total += e * sb * mult * model.ffn_size / tp + q * sb * model.ffn_size / tp
+        if model.swiglu and not fusion.bias_activation:  # eager silu(gate) * up keeps the SiLU output too
+            total += e * sb * model.ffn_size / tp
     total += hd * sbh / rep
     return total
 
@@ -198,39 +266,62 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     sp = job.sequence_parallel
     dense, expert = stage_parameter_split(job, stage)
     sh = sharding_of(job)
-    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32)
+    fw = job.framework
+    fusion = fusion_of(job)
+    path = job.attention_path
+    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
-    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32)
+    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
     if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
         weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
 
-    q = saved_input_bytes(tr.precision)
+    q = saved_input_bytes(tr.precision, tr.fp8_recipe)
+    etp, mods = par.expert_tp, tuple(tr.recompute_modules)
     per_mb = 0.0
     full_layer = 0.0
     for (is_moe, mode), count in stage_layer_counts(job, stage).items():
-        per_mb += count * layer_activation_bytes(model, b, seq, tp, cp, sp, mode, tr.attention, e, is_moe, q)
+        per_mb += count * layer_activation_bytes(model, b, seq, tp, cp, sp, mode, path, e, is_moe, q, etp,
+                                                 mods, fusion)
         if mode == "full":  # the layer being recomputed holds its whole working set during its backward
-            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none", tr.attention, e,
-                                                                is_moe, q))
+            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none", path, e,
+                                                                is_moe, q, etp, mods, fusion))
     tokens = b * seq / cp
-    if stage == 0 and model.hidden_dropout > 0:
+    if stage == 0 and model.hidden_dropout > 0 and fusion.dropout:
         per_mb += tokens * model.hidden_size / (tp if sp else 1)  # embedding dropout mask
+    if stage == job.head_stage and model.mtp_num_layers:  # MTP: its layer, the 2h-wide projection input, norms
+        mtp = layer_activation_bytes(model, b, seq, tp, cp, sp, tr.recompute_granularity, path, e,
+                                     model.is_moe, q, etp, mods, fusion)
+        per_mb += model.mtp_num_layers * (mtp + (2 * q + 4 * e) * tokens * model.hidden_size)
     schedule = job.pipeline
     inflight = schedule.in_flight(stage, pp, job.num_microbatches, par.vpp)
     activations = per_mb * inflight + full_layer
     head = job.head_stage
-    if stage == head:  # logits (16-bit and the fp32 copy of the cross-entropy) until each micro-batch's backward
+    if stage == head:  # logits and the loss chain (fz.logits_memory_bytes) until each micro-batch's backward
         vocab = model.padded_vocab_size(tp) / tp
-        activations += tokens * vocab * (e + 4.0) * schedule.logits_held(job.num_microbatches)
+        activations += (tokens * vocab * fz.logits_memory_bytes(fusion, e) * schedule.logits_held(job.num_microbatches)
+                        * (1 + model.mtp_num_layers))  # each MTP depth has its own logits
     groups = sum(1 for size in (tp, cp, par.ep, job.dp, pp) if size > 1)
     if head != 0 and stage in (0, head) and not model.untie_embeddings_and_output_weights:
         groups += 1  # embedding group
-    other = CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups + FRAGMENTATION * activations
+    other = fw.cuda_context_bytes + fw.nccl_bytes_per_group * groups + fw.allocator_fragmentation * activations
+    # the optimizer step's temporaries over the local (sharded) parameters
+    local = (dense / (job.dp * cp) + expert / job.expert_dp) if sh.memory_stage >= 1 else dense + expert
+    step = local * fw.step_transient_bytes()
     return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
-                       activations_bytes=activations, other_bytes=other)
+                       activations_bytes=activations, other_bytes=other, optimizer_step_bytes=step)
+
+
+#: A plan whose peak is within this fraction of the GPU's capacity "fits, tight": allocator fragmentation, NCCL
+#: buffers or a longer sequence can push it over, so search ranks it after plans with headroom.
+TIGHT_MARGIN = 0.10
+
+
+def is_tight(peak_bytes: float, capacity_bytes: float) -> bool:
+    """Whether a plan that fits leaves less than :data:`TIGHT_MARGIN` of the capacity free."""
+    return (1.0 - TIGHT_MARGIN) * capacity_bytes < peak_bytes <= capacity_bytes
 
 
 def memory_per_stage(job: Job) -> list[StageMemory]:

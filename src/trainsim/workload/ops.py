@@ -13,7 +13,7 @@ from typing import Literal
 OpKind = Literal["gemm", "attention", "elementwise"]
 Phase = Literal["fwd", "bwd"]
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-Group = Literal["tp", "cp", "ep", "dp", "pp", "dp_cp", "embedding", "world"]
+Group = Literal["tp", "cp", "ep", "etp", "edp", "dp", "pp", "dp_cp", "embedding", "world"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 

@@ -1,0 +1,51 @@
+"""FP8 training recipes (Transformer Engine / Megatron-Core ``--fp8-recipe``): what each costs besides the GEMMs.
+
+Every FP8 GEMM input is quantized from 16-bit activations (weights once per iteration, or per micro-batch when they
+are re-cast). The recipes differ in how the scale is found and how many quantized copies a tensor needs:
+
+- ``delayed``: per-tensor scale from an amax history (no extra pass); one cast kernel reads the 16-bit tensor and
+  writes the FP8 tensor and its transpose (Hopper's FP8 GEMMs need both layouts): 2 + 1 + 1 bytes per element.
+- ``tensorwise`` (current scaling): the amax of the tensor itself is reduced first, an extra read: 2 + 2 + 1 + 1.
+- ``blockwise`` (DeepSeek-V3's fine-grained scaling: 1×128 tiles for activations, 128×128 blocks for weights):
+  the row-wise and column-wise copies are quantized separately with their own scales (fp32 per 128 elements):
+  2 + 2·(1 + 4/128).
+- ``mxfp8`` (OCP microscaling, Blackwell tensor cores only): 32-element blocks with an 8-bit E8M0 scale; the
+  column-wise copy cannot be obtained by transposing the row-wise one, so both are written and both are saved for
+  the backward pass: 2 + 2·(1 + 1/32).
+
+Weights keep FP8 copies next to the 16-bit ones (1 byte per parameter for the per-tensor recipes, both layouts for
+the block-scaled ones), and saved GEMM inputs take the bytes of the copies the backward pass needs.
+Sources: Transformer Engine user guide, "Using FP8 with Transformer Engine" and the MXFP8 / block-scaling recipe
+pages; DeepSeek-V3 technical report §3.3; OCP Microscaling Formats (MX) v1.0 specification.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeCost:
+    """Per-element costs of one FP8 recipe."""
+
+    cast_bytes: float  # HBM bytes moved to quantize one element of a GEMM input (all copies)
+    weight_copy_bytes: float  # extra bytes per parameter for the FP8 weight copies
+    saved_input_bytes: float  # bytes per element of a GEMM input saved for the backward pass
+    generations: tuple[str, ...]  # GPU generations whose tensor cores run it
+
+
+RECIPES: dict[str, RecipeCost] = {
+    "delayed": RecipeCost(4.0, 1.0, 1.0, ("hopper", "ada", "blackwell")),
+    "tensorwise": RecipeCost(6.0, 1.0, 1.0, ("hopper", "ada", "blackwell")),
+    "blockwise": RecipeCost(2.0 + 2 * (1 + 4 / 128), 2 * (1 + 4 / 16384), 1 + 4 / 128, ("hopper", "blackwell")),
+    "mxfp8": RecipeCost(2.0 + 2 * (1 + 1 / 32), 2 * (1 + 1 / 32), 2 * (1 + 1 / 32), ("blackwell",)),
+}
+
+
+def recipe_cost(recipe: str | None) -> RecipeCost:
+    """Costs of ``recipe`` (``None``: Megatron's default, delayed scaling)."""
+    return RECIPES[recipe or "delayed"]

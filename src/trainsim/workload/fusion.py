@@ -1,0 +1,131 @@
+"""Memory traffic of the memory-bound kernels under a software stack: fused kernels vs PyTorch's eager chains.
+
+One owner for the bytes per element (and kernel counts) of every elementwise op family, read by
+:mod:`trainsim.workload.layers` (time) and :mod:`trainsim.workload.memory` (saved tensors). ``e`` is the activation
+size in bytes (2 for 16-bit training). Each eager count is the sum over the kernels PyTorch launches for the
+framework's code; a kernel reads its inputs once and writes its output once.
+
+- **Norm** — fused (TE/Apex kernel, ``torch.nn.LayerNorm``'s native kernel): read ``e``, write ``e`` (backward: read
+  the input and the gradient, write the gradient: ``3e``). Eager RMSNorm (``transformers.LlamaRMSNorm``:
+  ``x.to(fp32)``, ``pow(2)``, ``mean``, ``rsqrt``, ``x * rsqrt``, ``.to(bf16)``, ``weight * x``): forward
+  ``(e+4) + 8 + 4 + 8 + (4+e) + 2e = 28 + 4e``, 7 kernels; backward through the same graph ``52 + 9e``, 12 kernels.
+  LayerNorm is always one native kernel in PyTorch, so only RMSNorm has an eager form.
+- **Bias-GELU** — fused: ``2e`` forward, ``3e`` backward; eager bias add then GELU: ``4e`` and ``4e`` (2 kernels).
+- **SwiGLU** — fused: read gate and up, write one (``3e``), backward ``5e``; eager ``silu(gate) * up``: ``5e``
+  (2 kernels), backward ``9e`` (3 kernels).
+- **Bias-dropout-add** — fused: read two, write one, a 1-byte mask when dropout runs; eager: bias add ``2e``
+  (with bias), dropout ``2e + 1`` (with dropout), residual add ``3e``.
+- **RoPE** (per element of Q and K) — fused ``2e`` both ways; eager ``q·cos + rotate_half(q)·sin`` (slice/neg,
+  cat, two multiplies, add): ``11e`` both ways, 5 kernels.
+- **Cross-entropy** (per logit) — unfused (Megatron's vocab-parallel CE, ``transformers``' ``logits.float()`` +
+  ``cross_entropy``): about four fp32 passes forward (``e + 16``) and ``8 + e`` backward; fused (TE / Megatron
+  ``--cross-entropy-loss-fusion``): read the logits (``e``) forward, write their gradient (``2e``) backward.
+  Memory at the loss: ``e + 12`` bytes per logit unfused (16-bit logits, the fp32 copy, the fp32 softmax and its
+  fp32 gradient: ~14 B for bf16), ``2e`` fused.
+- **Softmax on the s² scores** (the non-flash attention paths, per score element) — fused scale-mask-softmax kernel
+  on 16-bit scores: ``2e`` forward, ``3e`` backward; saves the 16-bit probabilities (``e``). Eager fp32 chain
+  (Megatron ``FusedScaleMaskSoftmax.forward_torch_softmax``: ``.float()``, ``masked_fill_``, ``softmax``, downcast):
+  forward ``(e+4) + 9 + 8 + (4+e) = 25 + 2e`` (upcast, in-place ``masked_fill_`` with a 1-byte mask, softmax,
+  downcast), backward ``(e+4) + 12 + 12 + 9 + 8 + (4+e) = 49 + 2e`` (upcast of the gradient, an fp32 binary
+  kernel, softmax backward, masked-fill backward, a device-to-device fp32 copy, downcast). Every one of these
+  kernels appears once per layer and micro-batch in the Megatron local-spec trace of ``shared/data/gpu-h100/traces``
+  (their measured durations equal 81.5 bytes per score element at 2.68 TB/s; this model counts 82); saves the
+  fp32 probabilities and their 16-bit copy (``4 + e``: 6 B).
+  Attention dropout adds ``2e + 1`` each way and a 1-byte mask plus its ``e``-byte output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainsim.spec.job import Job
+
+
+@dataclass(frozen=True, slots=True)
+class Fusion:
+    """Which elementwise ops the stack fuses (from :class:`~trainsim.spec.framework.Framework`)."""
+
+    norm: bool = True
+    bias_activation: bool = True
+    bias_dropout_add: bool = True
+    rope: bool = True
+    cross_entropy: bool = False
+    dropout: bool = True
+    grad_accumulation: bool = True  # wgrad GEMMs accumulate into main_grad (no separate add per micro-batch)
+    grads_fp32: bool = True  # gradient accumulation buffer in fp32 (else the parameter dtype)
+
+
+DEFAULT_FUSION = Fusion()
+
+
+def fusion_of(job: Job) -> Fusion:
+    """The :class:`Fusion` of a job's resolved framework."""
+    fw = job.framework
+    return Fusion(norm=fw.fused_norm, bias_activation=fw.fused_bias_activation,
+                  bias_dropout_add=fw.fused_bias_dropout_add, rope=fw.fused_rope,
+                  cross_entropy=fw.fused_cross_entropy, dropout=fw.dropout,
+                  grad_accumulation=fw.gradient_accumulation_fusion,
+                  grads_fp32=bool(job.training.grads_in_fp32))
+
+
+def norm_bytes(f: Fusion, e: float, rms: bool) -> tuple[float, float]:
+    """(forward, backward) bytes per element of a norm."""
+    if f.norm or not rms:
+        return 2 * e, 3 * e
+    return 28 + 4 * e, 52 + 9 * e
+
+
+def activation_bytes(f: Fusion, e: float, swiglu: bool, bias: bool) -> tuple[float, float]:
+    """(forward, backward) bytes per FFN element of the activation (bias-GELU or SwiGLU)."""
+    if swiglu:
+        return (3 * e, 5 * e) if f.bias_activation else (5 * e, 9 * e)
+    if f.bias_activation or not bias:
+        return 2 * e, 3 * e
+    return 4 * e, 4 * e
+
+
+def dropout_add_bytes(f: Fusion, e: float, bias: bool, dropout: bool) -> tuple[float, float]:
+    """(forward, backward) bytes per hidden element of bias + dropout + residual add."""
+    drop = dropout and f.dropout
+    if f.bias_dropout_add:
+        b = 3 * e + (1 if drop else 0)
+        return b, b
+    b = 3 * e + (2 * e if bias else 0) + (2 * e + 1 if drop else 0)
+    return b, b
+
+
+def rope_bytes(f: Fusion, e: float) -> tuple[float, float]:
+    """(forward, backward) bytes per element of Q and K."""
+    return (2 * e, 2 * e) if f.rope else (11 * e, 11 * e)
+
+
+def cross_entropy_bytes(f: Fusion, e: float) -> tuple[float, float]:
+    """(forward, backward) bytes per logit."""
+    return (e, 2 * e) if f.cross_entropy else (e + 16, 8 + e)
+
+
+def logits_memory_bytes(f: Fusion, e: float) -> float:
+    """Bytes per logit held at the loss's peak (see the module docstring)."""
+    return 2 * e if f.cross_entropy else e + 12
+
+
+def softmax_bytes(path: str, e: float) -> tuple[float, float]:
+    """(forward, backward) bytes per score element of the softmax on the s² path (``unfused`` or ``eager``)."""
+    return (25 + 2 * e, 49 + 2 * e) if path == "eager" else (2 * e, 3 * e)
+
+
+def softmax_saved_bytes(path: str, e: float) -> float:
+    """Bytes per score element the softmax keeps for its backward."""
+    return 4 + e if path == "eager" else e
+
+
+def grad_accumulation_bytes(f: Fusion, param_bytes: float) -> float:
+    """Bytes per local parameter per micro-batch to add the weight gradient into the accumulation buffer when the
+    GEMM does not accumulate itself (Megatron without gradient-accumulation fusion: ``main_grad.add_(grad)``;
+    autograd's ``AccumulateGrad`` in the parameter dtype)."""
+    if f.grad_accumulation:
+        return 0.0
+    g = 4.0 if f.grads_fp32 else param_bytes
+    return param_bytes + 2 * g

@@ -1,0 +1,104 @@
+"""Megatron-LM command lines paste as they are (issue 15, item 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import check_one_line_error, run
+from trainsim.cli.megatron_args import parse_megatron_args, read_launch_script
+from trainsim.errors import TrainsimError
+
+SCRIPT = Path(__file__).resolve().parents[1] / "data" / "megatron" / "train_llama3_8b.sh"
+BASE = ["predict", "-m", "llama3-8b", "-n", "8", "--gbs", "64", "--seq-length", "4096", "--json"]
+
+
+def _predict(args: list[str], capsys) -> dict:
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_launch_script_sets_the_job(capsys):
+    d = _predict(["predict", "--megatron-args", str(SCRIPT), "--json"], capsys)
+    j = d["job"]
+    assert (j["num_gpus"], j["tp"], j["pp"], j["vpp"], j["dp"]) == (32, 2, 2, 2, 8)  # torchrun 8 x 4
+    assert j["seq_length"] == 8192 and j["sequence_parallel"] and j["zero_stage"] == 1
+    assert j["recompute_granularity"] == "selective" and j["overlap_grad_reduce"]
+    m = j["model"]
+    assert m["num_query_groups"] == 8 and m["add_bias_linear"] is False and m["swiglu"]
+    assert m["untie_embeddings_and_output_weights"] and m["normalization"] == "RMSNorm"
+    assert d["training"]["tokens"] == 1000 * 128 * 8192  # --train-iters × gbs × seq
+    meg = d["megatron_args"]
+    assert "--lr" in meg["ignored"] and "--data-path" in meg["ignored"] and "--save" in meg["ignored"]
+    assert meg["unrecognised"] == ["--moe-token-dispatcher-type"]
+
+
+def test_flags_given_to_trainsim_override_the_script(capsys):
+    d = _predict(["predict", "--megatron-args", str(SCRIPT), "--tp", "4", "--gbs", "256", "--json"], capsys)
+    assert d["job"]["tp"] == 4 and d["job"]["global_batch_size"] == 256
+
+
+@pytest.mark.parametrize("flags,check", [
+    (["--group-query-attention", "--num-query-groups", "4"], lambda j: j["model"]["num_query_groups"] == 4),
+    (["--disable-bias-linear"], lambda j: j["model"]["add_bias_linear"] is False),
+    (["--fp8-format", "hybrid"], lambda j: j["precision"] == "fp8"),
+    (["--use-flash-attn"], lambda j: j["attention"] == "flash"),
+    (["--untie-embeddings-and-output-weights"], lambda j: j["model"]["untie_embeddings_and_output_weights"]),
+    (["--recompute-activations"], lambda j: j["recompute_granularity"] == "selective"),
+    (["--pp", "2", "--num-layers-per-virtual-pipeline-stage", "4"], lambda j: j["vpp"] == 4),
+    (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"],
+     lambda j: j["recompute_granularity"] == "full"),
+    (["--lr", "3e-4", "--min-lr=3e-5", "--data-path", "a", "b", "--log-interval", "1"], lambda j: True),
+])
+def test_megatron_flags_on_the_command_line(flags, check, capsys):
+    d = _predict([*BASE, *flags], capsys)
+    assert check(d["job"]), d["job"]
+
+
+def test_ignored_flags_are_one_note(capsys):
+    _code, out, _ = run(["predict", "-m", "llama3-8b", "-n", "8", "--gbs", "64", "--seq-length", "4096",
+                        "--lr", "1e-4", "--weight-decay", "0.1", "--save", "/ckpt"], capsys)
+    notes = [line for line in out.splitlines() if line.startswith("note: ignored")]
+    assert len(notes) == 1 and "--lr" in notes[0] and "--save" in notes[0]
+
+
+def test_a_typo_of_an_option_is_still_an_error(capsys):
+    code, _, err = run([*BASE, "--tensor-model-parallel-sise", "2"], capsys)
+    check_one_line_error(code, err, "--tensor-model-parallel-sise", "--tensor-model-parallel-size")
+
+
+def test_bad_values_are_one_line_errors(capsys, tmp_path):
+    code, _, err = run([*BASE, "--recompute-method", "sometimes"], capsys)
+    check_one_line_error(code, err, "--recompute-method")
+    script = tmp_path / "run.sh"
+    script.write_text("torchrun pretrain_gpt.py --num-layers $LAYERS --hidden-size 64\n")
+    code, _, err = run(["predict", "--megatron-args", str(script), "--gbs", "8"], capsys)
+    check_one_line_error(code, err, "--num-layers", "variable")
+    code, _, err = run(["predict", "--megatron-args", str(tmp_path / "missing.sh"), "--gbs", "8"], capsys)
+    check_one_line_error(code, err, "megatron_args", "not found")
+
+
+def test_script_forms(tmp_path):
+    s = tmp_path / "a.sh"
+    s.write_text('N=4\nexport H=${HIDDEN:-256}\nARGS="--num-layers $((N*2)) --hidden-size $H"\n'
+                 "python -m torch.distributed.run --nproc-per-node=4 --nnodes 2 \\\n"
+                 "   /opt/Megatron-LM/pretrain_gpt.py $ARGS --bf16  # comment\n")
+    tokens, gpus = read_launch_script(s)
+    assert tokens == ["--num-layers", "8", "--hidden-size", "256", "--bf16"] and gpus == 8
+    bare = tmp_path / "args.txt"
+    bare.write_text("--num-layers 2\n--hidden-size 64 \\\n --num-attention-heads 4\n")
+    assert read_launch_script(bare)[0] == ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4"]
+
+
+def test_parse_maps_onto_job_options():
+    a = parse_megatron_args(["--tensor-model-parallel-size", "2", "--sequence-parallel", "--seq-length=2048",
+                             "--fp8-format", "e4m3", "--bf16"])
+    assert a.options["tp"] == 2 and a.options["sequence_parallel"] and a.options["seq_length"] == 2048
+    assert a.options["fp8"] and not a.options.get("bf16")
+    gqa = parse_megatron_args(["--num-query-groups", "4"])  # Megatron ignores it without --group-query-attention
+    assert "num_query_groups" not in gqa.options and "group-query-attention" in gqa.notes[0]
+    with pytest.raises(TrainsimError, match="expects a value"):
+        parse_megatron_args(["--num-layers"])

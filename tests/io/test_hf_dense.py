@@ -1,0 +1,123 @@
+"""Real Hugging Face configs of dense decoders: published parameter counts, no silent omissions (issue 15, item 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import run
+from trainsim.errors import TrainsimError
+from trainsim.io.hf import ARCHITECTURES, DEFAULT_SEQ_LENGTH, REFUSED, load_hf_config, model_from_hf_config
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+# file → published parameter count (tests/data/hf/SOURCES.md)
+PUBLISHED = {
+    "gemma-2-2b.json": 2_614_341_888,
+    "gemma-2-9b.json": 9_241_705_984,
+    "gemma-2-27b.json": 27_227_128_320,
+    "phi-3-small-8k.json": 7_392_272_384,
+    "falcon-7b.json": 6_921_720_704,
+    "bloom.json": 176_247_271_424,
+    "bloom-560m.json": 559_214_592,
+    "gpt-neox-20b.json": 20_554_568_208,
+    "gpt-j-6b.json": 6_053_381_344,
+    "qwen2-7b.json": 7_615_616_512,
+    "yi-34b.json": 34_388_917_248,
+    "llama-3.1-8b.json": 8_030_261_248,
+    "llama-3.1-70b.json": 70_553_706_496,
+    "llama-3.2-1b.json": 1_235_814_400,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_equals_the_published_one(name):
+    m = load_hf_config(DATA / name)
+    # 0.05 %: the norms and biases trainsim does not count (each listed in m.approximations) are below that
+    assert m.num_params == pytest.approx(PUBLISHED[name], rel=5e-4)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_training_sequence_length_is_a_stated_default(name):
+    m = load_hf_config(DATA / name)
+    assert m.seq_length <= max(DEFAULT_SEQ_LENGTH, 2048)
+    assert any(a.startswith("seq_length:") for a in m.approximations)
+
+
+def test_llama31_context_is_not_the_training_length(capsys):
+    code, out, err = run(["predict", "-m", str(DATA / "llama-3.1-8b.json"), "-n", "8", "--gbs", "64",
+                          "--use-distributed-optimizer", "--json"], capsys)
+    assert code == 0, err
+    import json
+
+    d = json.loads(out)
+    assert d["job"]["seq_length"] == DEFAULT_SEQ_LENGTH  # not 131072
+    assert any("131,072" in a and "--seq-length" in a for a in d["approximations"])
+    code, out, _ = run(["predict", "-m", str(DATA / "llama-3.1-8b.json"), "-n", "8", "--gbs", "64",
+                        "--seq-length", "8192", "--json"], capsys)
+    d = json.loads(out)
+    assert d["job"]["seq_length"] == 8192 and not any(a.startswith("seq_length") for a in d["approximations"])
+
+
+def test_approximations_are_printed(capsys):
+    code, out, _ = run(["predict", "-m", str(DATA / "gemma-2-9b.json"), "-n", "8", "--gbs", "64",
+                        "--seq-length", "4096", "--use-distributed-optimizer"], capsys)
+    assert code == 0
+    assert "note: attn_logit_softcapping" in out
+
+
+def test_gemma2_structure():
+    m = load_hf_config(DATA / "gemma-2-9b.json")
+    assert m.swiglu and not m.untie_embeddings_and_output_weights and m.head_dim == 256
+    assert m.local_attention == "sliding" and m.local_attention_size == 4096 and m.local_attention_skip_freq == 2
+    assert any("softcapping" in a for a in m.approximations)
+
+
+def test_phi3_small_and_falcon_and_bloom():
+    phi = load_hf_config(DATA / "phi-3-small-8k.json")
+    assert phi.ffn_size == 14336 and phi.swiglu and phi.query_groups == 8
+    assert any("block-sparse" in a for a in phi.approximations)
+    falcon = load_hf_config(DATA / "falcon-7b.json")
+    assert falcon.query_groups == 1 and not falcon.untie_embeddings_and_output_weights
+    bloom = load_hf_config(DATA / "bloom.json")  # n_embed: failed to load before
+    assert bloom.hidden_size == 14336 and bloom.position_embedding_type == "alibi"
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSED))
+def test_unmodelled_architectures_are_refused(model_type):
+    cfg = {"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100}
+    with pytest.raises(TrainsimError, match="does not model"):
+        model_from_hf_config(cfg)
+
+
+def test_unknown_model_type_is_read_with_a_note():
+    cfg = {"model_type": "brand_new", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100, "intermediate_size": 128, "rope_theta": 1e4, "hidden_act": "silu"}
+    m = model_from_hf_config(cfg)
+    assert any("no trainsim reader" in a for a in m.approximations)
+
+
+@pytest.mark.parametrize("bad", [{"hidden_size": "big"}, {"num_hidden_layers": -3}, {"hidden_size": 64.5}])
+def test_bad_config_values_are_one_error(bad):
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100, **bad}
+    with pytest.raises(TrainsimError, match=r"config\.json"):
+        model_from_hf_config(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_transformers_autoconfig_gives_the_same_model(name):
+    pytest.importorskip("transformers")
+    plain = load_hf_config(DATA / name)
+    if name.startswith("phi-3-small"):  # remote code: transformers has no Phi3SmallConfig, the JSON is read
+        assert load_hf_config(DATA / name, via="auto") == plain
+        return
+    via = load_hf_config(DATA / name, via="transformers")
+    assert via.num_params == plain.num_params and via.seq_length == plain.seq_length
+
+
+def test_registry_has_one_entry_per_dense_family():
+    for t in ("llama", "gemma2", "phi3small", "falcon", "bloom", "gpt_neox", "gptj", "qwen2"):
+        assert t in ARCHITECTURES

@@ -1,0 +1,69 @@
+"""Memory and elementwise traffic by software stack (framework profile)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.predictor import predict
+from trainsim.spec import Job, Training, load_framework, load_model, load_system
+from trainsim.workload import fusion as fz
+from trainsim.workload.layers import layer_work, shard_of
+from trainsim.workload.memory import TIGHT_MARGIN, bytes_per_param, is_tight, memory_per_stage
+
+
+def job(framework: str, **kw):  # type: ignore[no-untyped-def]
+    tr = {"global_batch_size": 8, "micro_batch_size": 1, "seq_length": 2048, **kw}
+    return Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), training=Training(**tr), num_gpus=1,
+               framework=framework)
+
+
+def test_model_states_per_parameter_follow_the_profile():
+    # Megatron: bf16 weights, fp32 grads, fp32 master + moments = 18 B; HF: bf16 everything, no master = 8 B
+    assert sum(bytes_per_param("bf16", 0, 1, True, framework=load_framework("megatron-core"))) == 18
+    assert sum(bytes_per_param("bf16", 0, 1, False, framework=load_framework("hf-transformers"))) == 8
+    # 16-bit grads with fp32 master weights: the optimizer keeps an fp32 copy of its gradients (Megatron's 20)
+    assert sum(bytes_per_param("bf16", 0, 1, False, framework=load_framework("megatron-core"))) == 20
+    # overriding the moments' dtype changes the optimizer states only
+    bf16_states = load_framework("megatron-core").replace(exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    assert bytes_per_param("bf16", 0, 1, True, framework=bf16_states)[2] == 4 + 2 + 2
+
+
+def test_hf_stack_holds_less_state_and_eager_activations_more():
+    hf, mc = memory_per_stage(job("hf-transformers"))[0], memory_per_stage(job("megatron-core"))[0]
+    assert hf.optimizer_bytes < mc.optimizer_bytes / 2 and hf.gradients_bytes < mc.gradients_bytes
+    assert hf.activations_bytes > mc.activations_bytes  # eager RMSNorm / SwiGLU keep more, fp32 logits chain
+
+
+def test_eager_softmax_saves_six_bytes_per_score_element():
+    local = job("megatron-core-local")
+    assert local.attention_path == "eager"
+    assert fz.softmax_saved_bytes("eager", 2.0) == 6 and fz.softmax_saved_bytes("unfused", 2.0) == 2
+    assert fz.logits_memory_bytes(fz.Fusion(cross_entropy=False), 2.0) == 14
+
+
+def test_optimizer_step_transients_raise_the_peak_only_above_the_activations():
+    j = job("fsdp", global_batch_size=1, seq_length=128)  # foreach AdamW, tiny activations
+    s = memory_per_stage(j)[0]
+    assert s.optimizer_step_bytes > s.activations_bytes
+    assert s.total_bytes == pytest.approx(s.weights_bytes + s.gradients_bytes + s.optimizer_bytes + s.other_bytes
+                                          + s.optimizer_step_bytes)
+    fused = memory_per_stage(job("megatron-core", global_batch_size=1, seq_length=128))[0]
+    assert fused.optimizer_step_bytes == 0
+
+
+def test_eager_chains_move_more_bytes_than_fused_kernels():
+    fused, eager = layer_work(load_model("llama3-8b"), shard_of(job("megatron-core"))), \
+        layer_work(load_model("llama3-8b"), shard_of(job("hf-transformers")))
+    by = {op.name: op.bytes for op in fused.fwd}
+    for op in eager.fwd:
+        if op.name in ("input_norm", "rope", "mlp_swiglu"):
+            assert op.bytes > by[op.name] * 1.5, op.name
+    assert any(op.name == "layer_grad_accumulation" for op in layer_work(
+        load_model("llama3-8b"), shard_of(job("megatron-core-local"))).bwd)
+
+
+def test_fits_tight_is_flagged_within_ten_percent_of_capacity():
+    assert TIGHT_MARGIN == 0.10
+    assert is_tight(0.95e9, 1e9) and not is_tight(0.85e9, 1e9) and not is_tight(1.05e9, 1e9)
+    p = predict(job("megatron-core"))
+    assert p.memory.tight == is_tight(p.memory.peak_bytes, p.memory.capacity_bytes)
