@@ -38,7 +38,7 @@ PAGES: dict[str, list[str]] = {
     "plan-3360-a100-30-days": ["plan", "-s", "dgx-a100", "-n", "3360", "--days", "30"],
 }
 #: Screenshots are cut at this height (pixels) to keep the images small.
-MAX_HEIGHT = 2400
+MAX_HEIGHT = 2800
 
 
 def write_pages(out: Path, names: list[str]) -> dict[str, Path]:

@@ -33,3 +33,11 @@ def itp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with tarfile.open(tar) as tf:
         tf.extractall(out, filter="data")
     return out
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_plan_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep the persistent plan cache of the cluster tests in a temporary directory."""
+    import os
+
+    os.environ["TRAINSIM_CACHE_DIR"] = str(tmp_path_factory.mktemp("plan-cache"))

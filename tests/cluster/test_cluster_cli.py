@@ -73,3 +73,12 @@ def test_curves_json_and_elasticflow(capsys) -> None:  # type: ignore[no-untyped
     code, out, _ = run(["cluster", "curves", "-m", "gpt3-1.7b", "--gbs", "512", "--gpus", "8", "--format",
                         "elasticflow"], capsys)
     assert code == 0 and out.splitlines()[0] == "num_gpus,throughput"
+
+
+def test_report_html(trace: pd.DataFrame, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    p = _write(trace, tmp_path)
+    html = tmp_path / "report.html"
+    code, _, err = run(["cluster", "run", "-t", str(p), "-c", "dgx-a100:4", "-p", "elasticflow", "--report",
+                        str(html)], capsys)
+    assert code == 0, err
+    assert html.read_text().lstrip().lower().startswith("<!doctype html")

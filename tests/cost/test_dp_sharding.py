@@ -53,3 +53,13 @@ def test_zero3_gathers_every_microbatch_without_pipelining_and_both_engines_agre
 def test_zero3_cost_grows_with_the_group_at_fixed_work_per_gpu():
     small, large = estimate(_fsdp_job(64)), estimate(_fsdp_job(1024))
     assert large.breakdown_s["dp_comm"] > small.breakdown_s["dp_comm"]
+
+
+def test_deepspeed_stage3_gathers_per_submodule_and_pays_the_latency_each_time():
+    def job(framework: str) -> Job:
+        return Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), parallelism=Parallelism(),
+                   training=Training(global_batch_size=512, zero_stage=3), num_gpus=512, framework=framework)
+
+    ds, fsdp = job("deepspeed"), job("fsdp")
+    assert sharding_of(ds).collectives_per_layer > 1 and sharding_of(fsdp).collectives_per_layer == 1
+    assert estimate(ds).breakdown_s["dp_comm"] > estimate(fsdp).breakdown_s["dp_comm"]

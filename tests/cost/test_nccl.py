@@ -60,3 +60,14 @@ def test_forced_algorithm_and_protocol():
     assert (c.algorithm, c.protocol) == ("ring", "Simple")
     with pytest.raises(ValueError):
         choose("all_gather", 1 << 20, links(64, 8), algorithm="tree")
+
+
+def test_nvls_tree_across_nodes_is_bounded_by_nvlink_and_the_node_nics():
+    two = Links(16, 2, 340e9, nvlink_bandwidth=340e9, net_bandwidth=356e9, nvls=True)
+    c = choose("all_reduce", 8 << 30, two)
+    assert c.algorithm == "nvls_tree"
+    assert c.algbw == pytest.approx(340e9 * 5 / 6)
+    many = Links(64, 8, 340e9, nvlink_bandwidth=340e9, net_bandwidth=356e9, nvls=True)
+    assert choose("all_reduce", 8 << 30, many, algorithm="nvls_tree").algbw == pytest.approx(178e9 * 5 / 6)
+    # one GPU per node: nothing for the switch to reduce
+    assert choose("all_reduce", 8 << 30, Links(8, 8, 50e9, nvls=True)).algorithm != "nvls_tree"

@@ -28,7 +28,8 @@ def synthetic_run() -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         "pp": [1, 2, 2, 1], "dp": [2, 2, 2, 1], "iter_time_s": [1.2, 2.3, 2.3, 0.9],
     })
     metrics = {"dsr": 1 / 3, "n_with_deadline": 3, "n_met": 1, "n_rejected": 1, "jct_mean_s": 6533.3,
-               "makespan_s": 9000.0, "gpu_util": 0.61, "cost_usd": 560.0, "restarts": 1, "fairness": 0.8}
+               "makespan_s": 9000.0, "gpu_util": 0.61, "cost_usd": 560.0, "restarts": 1, "policy": "edf",
+               "fairness": {"jain_tenant_gpu_hours": 0.8, "ftf_max": 2.5}, "num_gpus": 32}
     return jobs, allocations, metrics
 
 
@@ -51,6 +52,7 @@ def test_writes_one_self_contained_page(tmp_path) -> None:
     assert html.startswith("<!DOCTYPE html>")
     assert "33.3 %" in html  # the DSR card
     assert "fits on no pool" in html
+    assert "fairness jain tenant gpu hours" in html and "capacity 32 GPUs" in html
     assert 'id="gantt"' in html and 'id="utilisation"' in html and 'id="jct-cdf"' in html
     assert "<script src" not in html and "<link" not in html
     assert [p.name for p in tmp_path.iterdir()] == ["cluster.html"]  # atomic write leaves no temporary file

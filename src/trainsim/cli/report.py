@@ -71,18 +71,18 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
 
 
 def _print_moe(moe: dict[str, Any], console: Console) -> None:
-    """MoE time per stage and iteration: dispatch/combine, expert GEMMs, router, permutation, shared expert."""
+    """MoE time per stage and iteration: all-to-all dispatch + combine (and the part left exposed), expert GEMMs,
+    router with the permutations, shared expert."""
     title = (f"MoE per iteration ({moe['num_experts']} experts, top-{moe['topk']}, ep {moe['ep']}, etp {moe['etp']}, "
              f"expert-dp {moe['expert_dp']}; EP group on {moe['ep_group_nodes']} node(s))")
     t = Table(title=title, title_justify="left")
-    cols = (("dispatch", "dispatch_s"), ("combine", "combine_s"), ("exposed a2a", "ep_exposed_s"),
-            ("expert GEMMs", "expert_gemm_s"), ("router", "router_s"), ("permute", "permute_s"),
-            ("shared expert", "shared_expert_s"))
-    t.add_column("stage", justify="right")
-    t.add_column("MoE layers", justify="right")
-    for name, _ in cols:
-        t.add_column(name, justify="right", no_wrap=True)
+    for col in ("stage", "layers", "a2a", "exposed", "experts", "router", "shared"):
+        t.add_column(col, justify="right", no_wrap=True)
     for row in moe["per_stage"]:
         it = row["per_iteration"]
-        t.add_row(str(row["stage"]), str(row["moe_layers"]), *(fmt_seconds(it.get(k, 0.0)) for _, k in cols))
+        t.add_row(str(row["stage"]), str(row["moe_layers"]),
+                  fmt_seconds(it.get("dispatch_s", 0.0) + it.get("combine_s", 0.0)),
+                  fmt_seconds(it.get("ep_exposed_s", 0.0)), fmt_seconds(it.get("expert_gemm_s", 0.0)),
+                  fmt_seconds(it.get("router_s", 0.0) + it.get("permute_s", 0.0)),
+                  fmt_seconds(it.get("shared_expert_s", 0.0)))
     console.print(t)

@@ -1,9 +1,9 @@
 """Build a :class:`~trainsim.search.space.SearchSpace` from the command-line job flags given as text (a CLI concern:
 the search package itself never imports the CLI).
 
-Search dimensions (``--num-gpus --tp --pp --vpp --cp --ep --dp --mbs --schedule --recompute-granularity --zero-stage
---rank-order``, and ``--sequence-parallel``/``--sp``) accept lists, ranges and ``all``; every other flag takes one
-value and is parsed as ``trainsim predict`` parses it (same validation, same presets).
+Search dimensions (``--num-gpus --tp --pp --vpp --cp --ep --etp --dp --mbs --schedule --recompute-granularity
+--zero-stage --rank-order``, and ``--sequence-parallel``/``--sp``) accept lists, ranges and ``all``; every other flag
+takes one value and is parsed as ``trainsim predict`` parses it (same validation, same presets).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from trainsim.search.space import SearchSpace
 
 #: job flag name → search dimension
 DIMENSION_FLAGS: dict[str, str] = {
-    "num_gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "cp": "cp", "ep": "ep", "dp": "dp",
+    "num_gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "cp": "cp", "ep": "ep", "etp": "etp", "dp": "dp",
     "micro_batch_size": "micro_batch_size", "schedule": "schedule", "rank_order": "rank_order",
     "recompute_granularity": "recompute", "zero_stage": "zero_stage",
 }
@@ -44,7 +44,7 @@ def typed_value(name: str, value: Any) -> Any:
     if opt.kind in (int, float) and ("," in text or ".." in text or ":" in text):
         raise TrainsimError(name, f"{_flag(name)} takes one value (got {value!r})",
                             "lists and ranges are only accepted for the search dimensions "
-                            "(--num-gpus --tp --pp --vpp --cp --ep --dp --mbs --schedule --recompute-granularity "
+                            "(--num-gpus --tp --pp --vpp --cp --ep --etp --dp --mbs --schedule --recompute-granularity "
                             "--zero-stage --rank-order --sp)")
     if opt.kind is int:
         try:

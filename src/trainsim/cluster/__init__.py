@@ -70,8 +70,14 @@ def run(trace: str | Path | pd.DataFrame, cluster: str | Path | dict[str, Any] |
     specs = job_specs(df, lambda r: int(r.global_batch_size) * int(r.seq_length if r.seq_length is not pd.NA
                                                                     else tm.model(str(r.model)).seq_length))
     check_fits(specs, spec, tm, pol)
+    from trainsim.cluster.predictor_adapter import flush_cache
+
+    flush_cache()
     engine = Engine(specs, spec, pol, tm, overhead or OverheadModel(), seed=seed, until_s=until_s, progress=progress)
-    return engine.run()
+    try:
+        return engine.run()
+    finally:
+        flush_cache()
 
 
 def simulate(trace: str | Path | pd.DataFrame, cluster: str | Path | dict[str, Any] | ClusterSpec, *,

@@ -42,6 +42,9 @@ def curve_records(model: str, system: str, gbs: int, gpus: str, seq_length: int 
     tm = ThroughputModel.parse(source, space)
     tm.model(model)
     job = JobSpec(0, "curve", 0.0, model, gbs, seq_length, 1, None, sizes[0], None, None, 1.0, "default", None, None)
+    unit = tm.unit(job, pool)
+    if unit > 1:  # dp-only runs on multiples of its tensor × pipeline unit: show those too
+        sizes = sorted(set(sizes) | {unit * k for k in pow2_sizes(sizes[-1] // unit) if unit * k >= sizes[0]})
     out = []
     for n in sizes:
         p = tm.point(job, pool, n)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from trainsim.cluster.placement import format_nodes, place, shape_gpus_per_node
-from trainsim.cluster.policies.base import JobState, Policy, Target, View
+from trainsim.cluster.policies.base import Clock, JobState, Policy, Target, View
 from trainsim.cluster.predictor_adapter import PlanPoint
 from trainsim.cluster.rng import substream
 from trainsim.cluster.spec import ClusterSpec, Pool
@@ -50,11 +50,19 @@ class Segment:
     useful_t0: float
     carry: float
     overhead_s: float
+    nodes: np.ndarray  # node indices of the placement (ascending)
+    counts: np.ndarray  # GPUs on each
 
     @property
     def iter_time(self) -> float:
         """Seconds per iteration now."""
         return self.base_time * self.factor
+
+    def progress(self, t: float) -> float:
+        """Iterations (fractional) completed in this segment by ``t``, the carried fraction included."""
+        if t <= self.useful_t0:
+            return self.carry
+        return (t - self.useful_t0) / (self.base_time * self.factor) + self.carry
 
 
 @dataclass(slots=True)
@@ -113,8 +121,14 @@ class Engine:
         self.used = {p.name: np.zeros(p.nodes, dtype=np.int64) for p in cluster.pools}
         self.slow = {p.name: np.ones(p.nodes, dtype=float) for p in cluster.pools}
         self.held = {p.name: 0 for p in cluster.pools}
-        self.records = [JobRecord(s, JobState(s, float(s.iterations))) for s in jobs]
-        self.active: dict[int, JobRecord] = {}
+        self.clock = Clock()
+        self.records = [JobRecord(s, None) for s in jobs]  # type: ignore[arg-type]
+        for rec in self.records:
+            rec.state = JobState(rec.spec, rec, self.clock)
+        #: O(running jobs) cross-checks at every event on runs of this size or smaller (node checks always)
+        self.paranoid = len(jobs) <= 2000
+        self.active: dict[int, JobRecord] = {}  # arrival order = trace order
+        self.running: dict[int, JobRecord] = {}
         self.rows: list[tuple[Any, ...]] = []
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -133,17 +147,12 @@ class Engine:
         return self.tm.curve(job, pool, self._extra[job.index])
 
     # ---- segments -----------------------------------------------------------------------------------------------
-    def _progress(self, seg: Segment, t: float) -> float:
-        if t <= seg.useful_t0:
-            return seg.carry
-        return (t - seg.useful_t0) / seg.iter_time + seg.carry
-
     def _close(self, rec: JobRecord, t: float, *, completed: bool, keep_carry: bool) -> float:
         """End the current segment at ``t``; return the carried fraction of an iteration."""
         seg = rec.seg
         assert seg is not None
         left = rec.spec.iterations - rec.done
-        x = self._progress(seg, t)
+        x = seg.progress(t)
         if completed:
             k = left
             carry = 0.0
@@ -166,17 +175,14 @@ class Engine:
     def _release(self, rec: JobRecord) -> None:
         seg = rec.seg
         assert seg is not None
-        used = self.used[seg.pool]
-        for node, g in seg.placement.items():
-            used[node] -= g
+        self.used[seg.pool][seg.nodes] -= seg.counts
         self.held[seg.pool] -= seg.gpus
         rec.seg = None
         rec.version += 1
-        rec.state.pool, rec.state.gpus, rec.state.iter_time_s = None, 0, math.inf
+        del self.running[rec.spec.index]
 
     def _factor(self, rec: JobRecord, pool: str, placement: dict[int, int], point: PlanPoint) -> float:
-        slow = self.slow[pool]
-        worst = max(float(slow[k]) for k in placement)
+        worst = float(self.slow[pool][np.fromiter(placement, dtype=np.int64, count=len(placement))].max())
         if worst == 1.0:
             return 1.0
         return self.tm.slowdown(rec.spec, self.pools[pool], point, worst)
@@ -200,20 +206,20 @@ class Engine:
         first = rec.first_start is None
         over = self.overhead.seconds(self.tm.model(rec.spec.model), first) + rec.restart_penalty_s
         rec.restart_penalty_s = 0.0
-        for node, g in placement.items():
-            self.used[target.pool][node] += g
+        nodes = np.fromiter(placement, dtype=np.int64, count=len(placement))
+        counts = np.fromiter(placement.values(), dtype=np.int64, count=len(placement))
+        self.used[target.pool][nodes] += counts
         self.held[target.pool] += target.gpus
         factor = self._factor(rec, target.pool, placement, point)
         rec.seg = Segment(target.pool, placement, target.gpus, point, point.iteration_time_s, factor, t, t + over,
-                          0.0, over)
+                          0.0, over, nodes, counts)
         rec.version += 1
         rec.starts += 1
+        self.running[rec.spec.index] = rec
         if first:
             rec.first_start = t
-            rec.state.first_start_s = t
         if not rec.plans or rec.plans[-1] != point.plan:
             rec.plans.append(point.plan)
-        rec.state.pool, rec.state.gpus, rec.state.iter_time_s = target.pool, target.gpus, rec.seg.iter_time
         self._schedule_completion(rec)
         return True
 
@@ -227,9 +233,8 @@ class Engine:
         carry = self._close(rec, t, completed=False, keep_carry=True)
         rest = max(0.0, seg.useful_t0 - t)
         rec.seg = Segment(seg.pool, seg.placement, seg.gpus, seg.point, seg.base_time, factor, t, t + rest, carry,
-                          rest)
+                          rest, seg.nodes, seg.counts)
         rec.version += 1
-        rec.state.iter_time_s = rec.seg.iter_time
         self._schedule_completion(rec)
 
     # ---- invariants ---------------------------------------------------------------------------------------------
@@ -244,12 +249,14 @@ class Engine:
 
     def _check_jobs(self) -> None:
         held = dict.fromkeys(self.cap, 0)
-        for rec in self.active.values():
-            if rec.seg is not None:
-                held[rec.seg.pool] += rec.seg.gpus
-                if sum(rec.seg.placement.values()) != rec.seg.gpus:
-                    raise AssertionError(f"job {rec.spec.job_id}: placement does not hold its GPUs")
-            if not 0 <= rec.done <= rec.spec.iterations:
+        for rec in self.running.values():
+            seg = rec.seg
+            if seg is None:
+                raise AssertionError(f"job {rec.spec.job_id}: running without an allocation")
+            held[seg.pool] += seg.gpus
+            if int(seg.counts.sum()) != seg.gpus or sum(seg.placement.values()) != seg.gpus:
+                raise AssertionError(f"job {rec.spec.job_id}: placement does not hold its GPUs")
+            if not 0 <= rec.done < rec.spec.iterations:
                 raise AssertionError(f"job {rec.spec.job_id}: iterations done out of range")
         if held != self.held:
             raise AssertionError(f"GPUs held by jobs {held} != pools' {self.held}")
@@ -270,7 +277,8 @@ class Engine:
                 self.push(float(d), STRAGGLER_START, i)
 
     def _jobs_on(self, pool: str, node: int) -> list[JobRecord]:
-        return [r for r in self.active.values() if r.seg is not None and r.seg.pool == pool and node in r.seg.placement]
+        return [r for r in self.running.values() if r.seg is not None and r.seg.pool == pool
+                and node in r.seg.placement]
 
     def _failure(self, i: int, t: float) -> None:
         f = self.cluster.failures
@@ -307,17 +315,8 @@ class Engine:
 
     # ---- policy -------------------------------------------------------------------------------------------------
     def _view(self, t: float) -> View:
-        states = []
-        for idx in sorted(self.active):
-            rec = self.active[idx]
-            st = rec.state
-            if rec.seg is not None:
-                st.remaining = rec.spec.iterations - rec.done - self._progress(rec.seg, t)
-                st.attained_gpu_s = rec.closed_gpu_s + rec.seg.gpus * (t - rec.seg.t0)
-            else:
-                st.remaining = float(rec.spec.iterations - rec.done)
-                st.attained_gpu_s = rec.closed_gpu_s
-            states.append(st)
+        self.clock.now = t
+        states = [rec.state for rec in self.active.values()]
         capacity = {name: int(c.sum()) for name, c in self.cap.items()}
         return View(t, states, list(self.cluster.pools), capacity, self.tm, curve_of=self.curve)
 
@@ -328,7 +327,6 @@ class Engine:
                 self._close(rec, t, completed=False, keep_carry=False)
                 self._release(rec)
             rec.rejected = reason
-            rec.state.admitted = False
             rec.end = None
             del self.active[idx]
         per_pool = dict.fromkeys(self.cap, 0)
@@ -342,11 +340,10 @@ class Engine:
             if n > int(self.cap[name].sum()):
                 raise AssertionError(f"policy {self.policy.name} asked {n} GPUs of pool {name} at t={t}, "
                                      f"{int(self.cap[name].sum())} are up")
-        for idx in sorted(self.active):
-            rec = self.active[idx]
+        for idx in sorted(self.running):
+            rec = self.running[idx]
             seg = rec.seg
-            if seg is None:
-                continue
+            assert seg is not None
             tg = targets.get(idx)
             if tg is None or tg.pool != seg.pool or tg.gpus != seg.gpus:
                 self._close(rec, t, completed=False, keep_carry=False)
@@ -415,7 +412,8 @@ class Engine:
                 targets = self.policy.schedule(view)
                 self._apply(targets, view, t)
                 self.check(t)
-                self._check_jobs()
+                if self.paranoid:
+                    self._check_jobs()
                 if tick is not None and not tick_pending and self.active:
                     self.push(t + tick, TICK)
                     tick_pending = True
@@ -423,7 +421,7 @@ class Engine:
                 self.progress(finished + sum(1 for r in self.records if r.rejected), total)
             if not self.active and not arrivals_left:
                 break
-            if self.active and not any(r.seg is not None for r in self.active.values()) and not arrivals_left \
+            if self.active and not self.running and not arrivals_left \
                     and not self._pending_external():
                 stuck = min(self.active)
                 raise TrainsimError(f"trace job {self.records[stuck].spec.job_id}",

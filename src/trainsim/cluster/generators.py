@@ -15,7 +15,7 @@ import pandas as pd
 from trainsim.cluster.rng import substream
 from trainsim.cluster.spec import ClusterSpec, load_cluster
 from trainsim.cluster.throughput import ThroughputModel
-from trainsim.cluster.trace import JobSpec
+from trainsim.cluster.trace import JobSpec, records
 from trainsim.errors import TrainsimError, TrainsimWarning
 
 #: vTrain §V-B's three models (layers, hidden, heads) and global batch sizes; sequence 2048.
@@ -23,6 +23,7 @@ VTRAIN_MODELS: tuple[tuple[str, int], ...] = (("gpt3-18.4b", 1024), ("gpt3-39.1b
 #: Stand-in for the 81.2B preset while it is not available.
 FALLBACK_81B = "gpt3-76.1b"
 DEFAULT_BATCH = 1024
+_BASES: dict[str, ThroughputModel] = {}
 
 
 def vtrain_models() -> list[tuple[str, int]]:
@@ -62,14 +63,15 @@ def _sized(tm: ThroughputModel, cluster: ClusterSpec, model: str, gbs: int, seq:
     """Requested GPUs (≥ what the model needs under dp-only, a power of two) and the reference iteration time."""
     pool = cluster.pools[0]
     probe = JobSpec(0, "probe", 0.0, model, gbs, seq, 1, None, 1, None, None, 1.0, "default", None, None)
-    base = ThroughputModel(source="dp-only", space=tm.space)
-    base._models = tm._models
+    base = _BASES.get(tm.space)
+    if base is None:
+        base = _BASES[tm.space] = ThroughputModel(source="dp-only", space=tm.space)
     need = base.curve(probe, pool).min_size
     if need is None:
         raise TrainsimError("model", f"{model} fits on no GPU count of pool {pool.name}", "use a larger pool")
-    # a power-of-two multiple of the dp-only unit, so that every throughput source can run the request
+    # a power-of-two multiple of the dp-only unit where its plan fits, so that every throughput source can run it
     n = need
-    while n < want and 2 * n <= pool.num_gpus:
+    while n < want and 2 * n <= pool.num_gpus and math.isfinite(base.iteration_time(probe, pool, 2 * n)):
         n *= 2
     ref = (base if reference == "dp-only" else tm).iteration_time(probe, pool, n)
     if not math.isfinite(ref):
@@ -103,7 +105,7 @@ def vtrain2(itp: str | Path | pd.DataFrame, jobs: int, seed: int, cluster: str |
     tm = ThroughputModel(source="best", space=search_space)  # type: ignore[arg-type]
     t0 = float(win["submission_time"].iloc[0])
     rows = []
-    for k, r in enumerate(win.itertuples(index=False)):
+    for k, r in enumerate(records(win)):
         model, gbs = models[int(pick[k])]
         n, ref = _sized(tm, spec, model, gbs, seq_length, int(r.num_gpu) * gpu_scale, reference)
         iters = max(1, round(float(r.duration) / ref))
@@ -162,7 +164,7 @@ def offered_load(trace: pd.DataFrame, tm: ThroughputModel, cluster: ClusterSpec)
     pool = cluster.pools[0]
     need = 0.0
     longest = 0.0
-    for r in trace.itertuples(index=False):
+    for r in records(trace):
         seq = None if pd.isna(r.seq_length) else int(r.seq_length)
         probe = JobSpec(0, "probe", 0.0, str(r.model), int(r.global_batch_size), seq, int(r.iterations), None,
                         int(r.requested_gpus), None, None, 1.0, "default", None, None)

@@ -117,7 +117,9 @@ def metrics(res: SimulationResult, jobs: pd.DataFrame, alloc: pd.DataFrame) -> d
         "cost_usd": float(math.fsum(jobs["cost_usd"].tolist())),
         "lost_gpu_hours": float(math.fsum(jobs["lost_gpu_hours"].tolist())),
         "restarts": int(jobs["restarts"].sum()),
-        "fairness": {"jain_tenant_gpu_hours": _jain(tenants), **ftf},
+        "fairness": _jain(tenants),
+        "ftf_mean": ftf["ftf_mean"],
+        "ftf_max": ftf["ftf_max"],
         "events": res.events,
         "num_gpus": n_gpus,
     }

@@ -26,18 +26,10 @@ def place(free: np.ndarray, n: int, gpn: int, nodes_per_rack: int) -> dict[int, 
         if full.size >= whole:
             racks = full // nodes_per_rack
             counts = np.bincount(racks)
-            # racks with the most whole free nodes first, ties by rack index
-            order = np.lexsort((np.arange(counts.size), -counts))
-            chosen: list[int] = []
-            for r in order:
-                if counts[r] == 0:
-                    break
-                take = full[racks == r][: whole - len(chosen)]
-                chosen.extend(int(x) for x in take)
-                if len(chosen) == whole:
-                    break
-            for k in chosen:
-                out[k] = gpn
+            # racks with the most whole free nodes first, then rack index, then node index
+            order = np.lexsort((full, racks, -counts[racks]))
+            chosen = np.sort(full[order[:whole]])
+            out = dict.fromkeys(chosen.tolist(), gpn)
             remaining -= whole * gpn
     if remaining:
         avail = free.copy()
@@ -63,10 +55,7 @@ def place(free: np.ndarray, n: int, gpn: int, nodes_per_rack: int) -> dict[int, 
 
 def shape_gpus_per_node(placement: dict[int, int]) -> int:
     """GPUs per node of the shape that prices a placement: the gcd of its per-node counts."""
-    g = 0
-    for v in placement.values():
-        g = math.gcd(g, v)
-    return g
+    return math.gcd(*placement.values())
 
 
 def format_nodes(placement: dict[int, int]) -> str:

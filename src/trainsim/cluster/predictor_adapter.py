@@ -3,15 +3,15 @@
 Everything the throughput model needs from the rest of trainsim goes through these functions: the best plan for a
 GPU count (:func:`best_plan`, trainsim's search), the time of a plan with given tensor and pipeline degrees
 (:func:`plan_with`, the same search with those dimensions listed) and the slowdown of a plan when one GPU computes
-``factor`` times slower (:func:`straggler_slowdown`, the event engine's ``--slow-rank``). When the cached typed
-predictor service lands, switching to it is an edit of this module only.
+``factor`` times slower (:func:`straggler_slowdown`, the event engine's ``--slow-rank`` through the cached
+:class:`~trainsim.service.Predictor`).
 """
 
 from __future__ import annotations
 
 import warnings
 from functools import lru_cache
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from trainsim.errors import TrainsimWarning
 from trainsim.spec.model import Model
@@ -19,6 +19,11 @@ from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
 SearchSpaceName = Literal["tdp", "full"]
+#: The cluster's ``full`` space besides tensor and pipeline degrees: micro-batch 1, 2 or 4, every recompute mode,
+#: the distributed optimizer and sequence parallelism (virtual stages, context/expert parallelism and rank orders are
+#: left at their defaults: opening them costs 100-500× more per GPU count, see docs/cluster.md).
+FULL_SPACE: dict[str, Any] = {"micro_batch_size": "1,2,4", "recompute": "all", "zero_stage": "1",
+                                 "sequence_parallel": "true"}
 
 
 class PlanPoint(NamedTuple):
@@ -42,7 +47,8 @@ class PlanPoint(NamedTuple):
 
 
 def template(training: Training, space: SearchSpaceName) -> Training:
-    """The training template of a search space: vTrain's (t, d, p) space fixes micro-batch 1 and full recompute."""
+    """The training template of a search space: vTrain's (t, d, p) space fixes micro-batch 1, full recompute and no
+    optimizer sharding; ``full`` opens the :data:`FULL_SPACE` dimensions."""
     if space == "tdp":
         return training.model_copy(update={"micro_batch_size": 1, "recompute_granularity": "full",
                                            "zero_stage": 0})
@@ -53,17 +59,15 @@ def _search(model: Model, system: System, training: Training, num_gpus: int, spa
             tp: int | None, pp: int | None) -> PlanPoint | None:
     from trainsim.search import SearchSpace, search
 
-    dims: dict[str, object] = {"tp": tp if tp is not None else "all", "pp": pp if pp is not None else "all"}
-    others = "default" if space == "tdp" else "open"
+    dims: dict[str, Any] = {"tp": tp if tp is not None else "all", "pp": pp if pp is not None else "all"}
     if space == "full":
-        # every dimension open except the rank order (placement of groups is the engine's business here)
-        dims.update(rank_order=None, vpp="all", schedule="all")
+        dims.update(FULL_SPACE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainsimWarning)
         try:
             sp = SearchSpace(model=model, system=system, num_gpus=num_gpus, training=template(training, space),
-                             others=others, **dims)
-            result = search(sp, objective="time", workers=None)
+                             others="default", **dims)
+            result = search(sp, objective="time", workers=1)
         except ValueError:
             return None
     best = result.best
@@ -77,7 +81,7 @@ def _search(model: Model, system: System, training: Training, num_gpus: int, spa
 def best_plan(model: Model, system: System, training: Training, num_gpus: int,
               space: SearchSpaceName = "tdp") -> PlanPoint | None:
     """The fastest plan that fits on ``num_gpus`` GPUs of ``system`` (``None`` when none fits)."""
-    return _search(model, system, training, num_gpus, space, None, None)
+    return _cached(model, system, training, num_gpus, space, None, None)
 
 
 @lru_cache(maxsize=200_000)
@@ -86,15 +90,108 @@ def plan_with(model: Model, system: System, training: Training, num_gpus: int, t
     """The fastest plan with tensor degree ``tp`` and pipeline degree ``pp`` (data parallel fills the rest)."""
     if num_gpus % (tp * pp):
         return None
-    return _search(model, system, training, num_gpus, space, tp, pp)
+    return _cached(model, system, training, num_gpus, space, tp, pp)
+
+
+# ---- persistent cache ------------------------------------------------------------------------------------------------
+#: Plan points are pure functions of (model, system, training, GPUs, degrees, space, trainsim's code and presets); they
+#: are kept on disk under ``$TRAINSIM_CACHE_DIR`` (default ``~/.cache/trainsim``)/cluster, one JSON file per
+#: (model, system, training, space), so a second run of the same workload skips the searches. ``TRAINSIM_CACHE_DIR=off``
+#: disables it.
+_DISK: dict[str, dict[str, Any]] = {}
+_DIRTY: set[str] = set()
+
+
+@lru_cache(maxsize=1)
+def _fingerprint() -> str:
+    import hashlib
+    from pathlib import Path
+
+    import trainsim
+
+    root = Path(trainsim.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*")):
+        if f.suffix in (".py", ".json", ".yaml", ".csv") and "cluster" not in f.parts:
+            st = f.stat()
+            h.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(repr(sorted(FULL_SPACE.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def _cache_dir() -> object:
+    import os
+    from pathlib import Path
+
+    env = os.environ.get("TRAINSIM_CACHE_DIR")
+    if env == "off":
+        return None
+    return Path(env) if env else Path.home() / ".cache" / "trainsim"
+
+
+def _class_key(model: Model, system: System, training: Training, space: str) -> str:
+    import hashlib
+    import json
+
+    blob = json.dumps([model.model_dump(mode="json"), system.model_dump(mode="json"),
+                       training.model_dump(mode="json"), space, _fingerprint()], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _cached(model: Model, system: System, training: Training, num_gpus: int, space: SearchSpaceName,
+            tp: int | None, pp: int | None) -> PlanPoint | None:
+    root = _cache_dir()
+    if root is None:
+        return _search(model, system, training, num_gpus, space, tp, pp)
+    import json
+    from pathlib import Path
+
+    key = _class_key(model, system, training, space)
+    table = _DISK.get(key)
+    if table is None:
+        path = Path(str(root)) / "cluster" / f"{key}.json"
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = {}
+        _DISK[key] = table
+    item = f"{num_gpus}|{tp}|{pp}"
+    if item in table:
+        row = table[item]
+        return None if row is None else PlanPoint(*row)  # type: ignore[arg-type]
+    p = _search(model, system, training, num_gpus, space, tp, pp)
+    table[item] = None if p is None else list(p)
+    _DIRTY.add(key)
+    return p
+
+
+def flush_cache() -> None:
+    """Write the new plan points to the disk cache (atomically; errors are ignored: the cache is an optimisation)."""
+    root = _cache_dir()
+    if root is None or not _DIRTY:
+        return
+    import json
+    from pathlib import Path
+
+    from trainsim.io.atomic import write_text_atomic
+
+    folder = Path(str(root)) / "cluster"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for key in sorted(_DIRTY):
+            write_text_atomic(folder / f"{key}.json", json.dumps(_DISK[key], sort_keys=True))
+    except OSError:
+        return
+    _DIRTY.clear()
 
 
 @lru_cache(maxsize=4096)
 def straggler_slowdown(model: Model, system: System, training: Training, point: PlanPoint, factor: float) -> float:
-    """Iteration-time ratio when one GPU of the plan computes ``factor`` times slower (event engine, rank 0)."""
+    """Iteration-time ratio when one GPU of the plan computes ``factor`` times slower: the event engine's
+    ``--slow-rank 0=FACTOR`` over the same engine without it (through the cached :class:`~trainsim.service.Predictor`).
+    """
     if factor == 1.0:
         return 1.0
-    from trainsim.predictor import predict
     from trainsim.spec.job import Job
     from trainsim.spec.parallelism import Parallelism
 
@@ -104,6 +201,13 @@ def straggler_slowdown(model: Model, system: System, training: Training, point: 
                                          "recompute_granularity": point.recompute})
         job = Job(model=model, system=system, parallelism=Parallelism(tp=point.tp, pp=point.pp), training=tr,
                   num_gpus=point.num_gpus)
-        pred = predict(job, engine="event", slow_rank={0: factor})
-    info = (pred.model_extra or {}).get("stragglers") or {}
-    return float(info.get("slowdown", 1.0))
+        slow = _event_predictor(factor).metrics(job).iteration_time_s
+        base = _event_predictor(1.0).metrics(job).iteration_time_s
+    return float(slow / base)
+
+
+@lru_cache(maxsize=64)
+def _event_predictor(factor: float) -> Any:
+    from trainsim.service import Predictor
+
+    return Predictor("event", slow_rank={0: factor}) if factor != 1.0 else Predictor("event")

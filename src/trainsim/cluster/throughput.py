@@ -13,7 +13,8 @@ Placement: a job spread over partial nodes is priced on that shape (the GPUs per
 greatest common divisor of the GPUs it holds on each node, with the node's NICs scaled alike), and re-planned when
 its allocation changes. Curves over the pool's GPU counts (powers of two and the job's own sizes) are computed once
 per (model, batch, sequence, plan, pool) and memoised as numpy arrays. The grid is 2^k and 3·2^k GPUs (times the
-tensor × pipeline unit for ``dp-only`` and ``fixed``), so both sources get the same granularity.
+tensor × pipeline unit for ``dp-only`` and ``fixed``; ``best`` also gets ``dp-only``'s sizes, so at every size
+``dp-only`` can use, ``best`` is at least as fast: its search space contains the DP-only plan).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from trainsim.cluster import predictor_adapter as pa
 from trainsim.cluster.spec import Pool
-from trainsim.cluster.trace import JobSpec
+from trainsim.cluster.trace import JobSpec, records
 from trainsim.errors import TrainsimError
 from trainsim.spec.model import Model
 from trainsim.spec.system import System
@@ -188,8 +189,10 @@ class ThroughputModel:
                        for pp in range(1, model.num_layers + 1) if model.num_layers % pp == 0 and tp * pp <= 4096]
             found = None
             for _, _, tp, pp in sorted(options):
-                p = pa.plan_with(model, system, self.training(job), tp * pp, tp, pp, self.space)
-                if p is not None and p.fits:
+                # it must fit with data parallelism too (DP adds gradient buffers), or it cannot scale at all
+                ok = all((p := pa.plan_with(model, system, self.training(job), k * tp * pp, tp, pp, self.space))
+                         is not None and p.fits for k in (1, 2))
+                if ok:
                     found = (tp, pp)
                     break
             self._dp_base[key] = found
@@ -244,6 +247,10 @@ class ThroughputModel:
         ``extra_sizes``, compact placement."""
         unit = self.unit(job, pool)
         native = {unit * k for k in grid_sizes(pool.num_gpus // unit)}
+        if self.source == "best":  # a superset of dp-only's sizes, so the best plan dominates it at every size
+            base = self._dp_only_base(job, pool)
+            if base is not None:
+                native |= {base[0] * base[1] * k for k in grid_sizes(pool.num_gpus // (base[0] * base[1]))}
         native |= {s for s in extra_sizes if 0 < s <= pool.num_gpus}
         sizes = tuple(sorted(native))
         key = (job_key(job), pool.name, sizes)
@@ -278,7 +285,7 @@ class ThroughputModel:
                 if not need <= set(df.columns):
                     raise TrainsimError(f"--throughput {f}", f"needs columns {sorted(need)}",
                                         "write it with `trainsim cluster curves --format csv`")
-                for r in df.itertuples(index=False):
+                for r in records(df):
                     t = float(r.iteration_time_s)
                     if math.isfinite(t) and t > 0:
                         table.setdefault((str(r.model), int(r.global_batch_size)), {})[int(r.num_gpus)] = t

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,11 @@ class JobSpec:
     tenant: str
     pool: str | None
     plan: tuple[int, int] | None
+
+
+def records(df: pd.DataFrame) -> Iterator[Any]:
+    """The rows of a frame as named tuples (typed ``Any``: their fields are the frame's columns)."""
+    return iter(df.itertuples(index=False))
 
 
 def parse_plan(text: str, where: str) -> tuple[int, int]:
@@ -219,7 +225,7 @@ def job_specs(trace: pd.DataFrame, tokens_per_iteration: Any = None) -> list[Job
     ``tokens_per_iteration(row) -> int`` resolves the token count of an iteration (global batch × sequence).
     """
     out: list[JobSpec] = []
-    for i, r in enumerate(trace.itertuples(index=False)):
+    for i, r in enumerate(records(trace)):
         seq = None if r.seq_length is pd.NA or r.seq_length is None else int(r.seq_length)
         if r.iterations is pd.NA or r.iterations is None:
             tpi = tokens_per_iteration(r) if tokens_per_iteration else int(r.global_batch_size) * (seq or 2048)

@@ -146,5 +146,7 @@ def collective_time(collective: Collective, nbytes: float, place: Placement, sys
 def nccl_links(place: Placement, system: System, calib: Calibration, job_nodes: int = 1) -> Links:
     """The NCCL model's view of a group: ranks, nodes, Simple-protocol bus bandwidth and step latencies."""
     bw, _ = link(place, system, calib, job_nodes)
-    return Links(place.size, place.nodes, bw, system.node.nvlink_latency, system.network.latency,
-                 system.has_nvls and not place.crosses_nodes)
+    nv = system.node.nvlink_bandwidth * calib.nvlink_efficiency
+    net = place.per_node * system.nic_bandwidth_per_gpu(job_nodes) * calib.network_efficiency
+    return Links(place.size, place.nodes, bw, nv, net, system.node.nvlink_latency, system.network.latency,
+                 system.has_nvls)

@@ -16,7 +16,10 @@ reproduces that structure with trainsim's bandwidths:
   network; tree (all-reduce only) is a chain inside each node and a double binary tree across nodes: latency
   ``2((n/nodes − 1)·lat_intra + log₂(nodes)·lat_inter)``, bandwidth ``0.92·B/2`` with NCCL's medium-size correction;
   NVLS (all-reduce inside one NVSwitch domain with NVLink SHARP, Hopper and newer): the switch reduces, algorithm
-  bandwidth ``5/6·B``. NCCL's ring plateau (×1.4 latency for multi-node Simple all-reduce) is kept.
+  bandwidth ``5/6·B``; NVLS tree (NCCL ≥ 2.18, several such domains): NVLS inside each node and a tree of the
+  nodes' NICs across them, ``5/6·min(B_nvlink, B_net)`` (``B_net/2`` beyond two nodes), latency
+  ``lat_nvls + 2·log₂(nodes)·lat_inter``. NCCL's ring plateau (×1.4 latency for multi-node Simple all-reduce) is
+  kept.
 
 Latencies per step come from NCCL's ``hwLat`` table. The system's ``node.nvlink_latency`` and ``network.latency``
 are the Simple-protocol ring step latencies of its links (NCCL's 3.4 µs and 14 µs by default); every other
@@ -29,11 +32,11 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-Algorithm = Literal["ring", "tree", "nvls"]
+Algorithm = Literal["ring", "tree", "nvls", "nvls_tree"]
 Protocol = Literal["LL", "LL128", "Simple"]
 Reduction = Literal["all_reduce", "all_gather", "reduce_scatter"]
 
-ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "nvls")
+ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "nvls", "nvls_tree")
 PROTOCOLS: tuple[Protocol, ...] = ("LL", "LL128", "Simple")
 
 # NCCL tuning.cc (v2.19–2.21), microseconds. Base latency per (algorithm, protocol).
@@ -45,12 +48,12 @@ _BASE_US: dict[tuple[str, str], float] = {
 _NVLINK_US: dict[tuple[str, str], float] = {
     ("tree", "LL"): 0.6, ("tree", "LL128"): 1.25, ("tree", "Simple"): 28.0,
     ("ring", "LL"): 0.6, ("ring", "LL128"): 1.9, ("ring", "Simple"): 3.4,
-    ("nvls", "Simple"): 23.0,
+    ("nvls", "Simple"): 23.0, ("nvls_tree", "Simple"): 23.0,
 }
 _NET_US: dict[tuple[str, str], float] = {
     ("tree", "LL"): 5.0, ("tree", "LL128"): 8.5, ("tree", "Simple"): 28.0,
     ("ring", "LL"): 2.7, ("ring", "LL128"): 4.0, ("ring", "Simple"): 14.0,
-    ("nvls", "Simple"): 18.0,
+    ("nvls", "Simple"): 18.0, ("nvls_tree", "Simple"): 14.0,
 }
 NCCL_NVLINK_STEP_S = _NVLINK_US[("ring", "Simple")] * 1e-6  # reference for the system's nvlink_latency
 NCCL_NET_STEP_S = _NET_US[("ring", "Simple")] * 1e-6  # reference for the system's network latency
@@ -72,6 +75,8 @@ class Links:
     ranks: int
     nodes: int
     bus_bandwidth: float  # bytes/s of the Simple protocol over the slowest hop (per GPU, per direction)
+    nvlink_bandwidth: float | None = None  # bytes/s inside the node (NVLS); None: bus_bandwidth
+    net_bandwidth: float | None = None  # bytes/s of the node's NICs shared by the group's members (NVLS tree)
     nvlink_step: float = NCCL_NVLINK_STEP_S  # s, Simple ring step over NVLink
     net_step: float = NCCL_NET_STEP_S  # s, Simple ring step over the network
     nvls: bool = False  # NVLink SHARP available in the domain
@@ -108,6 +113,8 @@ def _latency(coll: Reduction, algo: str, proto: str, links: Links, nbytes: float
     inter = _step_latency(links, algo, proto, network=True)
     if algo == "nvls":
         return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return intra + 2 * math.floor(math.log2(nodes)) * inter
     base = _BASE_US[(algo, proto)] * 1e-6
     if algo == "tree":
         per_node = max(1, n // nodes)
@@ -146,15 +153,19 @@ def _algbw(coll: Reduction, algo: str, proto: str, links: Links, nbytes: float) 
         if size_log < len(table):
             bus *= table[size_log]
         return bus * 0.5
-    return bus * 5 / 6  # NVLS
+    nv = links.nvlink_bandwidth or bus
+    if algo == "nvls_tree":  # NVLS inside each node, a tree of node NICs across (halved beyond two nodes)
+        net = links.net_bandwidth or bus
+        return min(nv, net if nodes <= 2 else net / 2) * 5 / 6
+    return nv * 5 / 6  # NVLS
 
 
 def _candidates(coll: Reduction, links: Links) -> list[tuple[Algorithm, Protocol]]:
     out: list[tuple[Algorithm, Protocol]] = [("ring", p) for p in PROTOCOLS]
     if coll == "all_reduce":
         out += [("tree", p) for p in PROTOCOLS]
-        if links.nvls and links.nodes == 1 and links.ranks > 2:
-            out.append(("nvls", "Simple"))
+        if links.nvls and links.ranks // links.nodes > 2:
+            out.append(("nvls", "Simple") if links.nodes == 1 else ("nvls_tree", "Simple"))
     return out
 
 

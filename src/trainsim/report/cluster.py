@@ -45,6 +45,7 @@ _CARDS: tuple[tuple[str, str, str, str], ...] = (
     ("jct_mean_s", "mean JCT", "time", "job completion time, submit to end"),
     ("jct_p50_s", "median JCT", "time", ""),
     ("jct_p95_s", "p95 JCT", "time", ""),
+    ("jct_p99_s", "p99 JCT", "time", ""),
     ("makespan_s", "makespan", "time", "first submit to last end"),
     ("queue_mean_s", "mean queueing", "time", "submit to first start"),
     ("gpu_util", "GPU utilisation", "pct", "allocated GPU time / capacity"),
@@ -53,7 +54,9 @@ _CARDS: tuple[tuple[str, str, str, str], ...] = (
     ("lost_gpu_hours", "lost GPU-hours", "num", "work redone after failures"),
     ("restarts", "restarts", "int", ""),
     ("n_rejected", "rejected jobs", "int", "not admitted"),
-    ("fairness", "fairness", "num", ""),
+    ("n_jobs", "jobs", "int", ""),
+    ("n_finished", "finished jobs", "int", ""),
+    ("gpu_hours", "GPU-hours", "num", "allocated"),
 )
 
 
@@ -92,7 +95,13 @@ def metric_cards(metrics: dict[str, Any]) -> list[tuple[str, str, str]]:
             if key == "dsr" and "n_with_deadline" in metrics and "n_met" in metrics:
                 extra = f"{int(metrics['n_met'])} of {int(metrics['n_with_deadline'])} jobs with a deadline"
             cards.append((label, _fmt(kind, metrics[key]), extra or note))
+    flat: list[tuple[str, Any]] = []
     for key, value in metrics.items():
+        if isinstance(value, dict):  # e.g. fairness: {jain_tenant_gpu_hours, ftf_mean, ...}
+            flat += [(f"{key} {sub}", v) for sub, v in value.items()]
+        else:
+            flat.append((key, value))
+    for key, value in flat:
         if key in known or isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
             continue
         kind = "time" if key.endswith("_s") else "int" if isinstance(value, int | np.integer) else "num"
@@ -236,8 +245,9 @@ def cluster_page(jobs: pd.DataFrame, allocations: pd.DataFrame, metrics: dict[st
     has_jct = bool(np.isfinite(jobs["jct_s"].to_numpy(float)).any())
     end = float(np.nanmax(allocations["t1_s"].to_numpy(float))) if len(allocations) else 0.0
     scale, unit = time_unit(max(end, float(metrics.get("makespan_s") or 0.0), 1e-9))
+    labels = [f"{k} {metrics[k]}" for k in ("policy", "throughput") if isinstance(metrics.get(k), str)]
     page = Page(title, f"{n_jobs:,} jobs ({admitted:,} admitted), {len(allocations):,} allocations on "
-                       f"{pools} pool(s)", kind="cluster")
+                       f"{pools} pool(s)" + (f"; {', '.join(labels)}" if labels else ""), kind="cluster")
     page.section("Headline metrics", anchor="metrics").cards(metric_cards(metrics), id_prefix="metric-")
     jct_unit = time_unit(float(np.nanmax(jobs["jct_s"].to_numpy(float))) if has_jct else 1.0)
     g = page.section("Who ran where, when", "One row per job, one bar per allocation (colour: GPU pool; hover for "

@@ -135,13 +135,16 @@ def timeline_data(tl: Any, budget: int = MAX_TIMELINE_EVENTS) -> dict[str, Any]:
     pp_tids = [STREAM_ID[k] for k in STREAMS if k.startswith("pp ")]
     events.loc[events["tid"].isin(pp_tids), "tid"] = pp_tids[0]  # one row for the pipeline transfers of a GPU
     p, job = tl.graph.pp, tl.job
-    keys = sorted({(int(a), int(b)) for a, b in zip(events["pid"], events["tid"], strict=True)})
     slow: dict[int, float] = {}
     for cls in range(tl.classes):
         factors = tl.scenario.compute[cls]
         for s in range(p):
             if abs(float(factors[s]) - 1.0) > 1e-12:
                 slow[cls * p + s] = float(factors[s])
+    slowed_classes = {pid // p for pid in slow}
+    # replica classes holding a slowed GPU first, so that the injected straggler is at the top
+    keys = sorted({(int(a), int(b)) for a, b in zip(events["pid"], events["tid"], strict=True)},
+                  key=lambda k: (k[0] // p not in slowed_classes, k))
     shown_pids = sorted({k[0] for k in keys})
     truncated = False
     if len(events) > budget:  # keep whole GPUs, slowed ones first, until the budget is used
@@ -154,7 +157,7 @@ def timeline_data(tl: Any, budget: int = MAX_TIMELINE_EVENTS) -> dict[str, Any]:
                 continue
             keep.append(q)
             used += per_pid.get(q, 0)
-        shown_pids = sorted(keep)
+        shown_pids = keep
         truncated = True
         events = events[events["pid"].isin(shown_pids)]
         keys = [k for k in keys if k[0] in set(shown_pids)]
@@ -271,11 +274,6 @@ def predict_page(p: Prediction, *, trace_file: str | None = None) -> Page:
     m.figure(_memory(p), "memory", height=360)
 
     tl = p.timeline
-    rows = getattr(p, "stage_busy_idle", None)
-    if rows:
-        page.section("Busy and idle per stage (critical replica)", "Where each stage's time goes in the event "
-                     "engine: computing, exposed communication, or waiting.", "busy").figure(
-            _busy_idle(rows, p.iteration_time_s), "busy-idle", height=330)
     data: dict[str, Any] = {"config": PLOTLY_CONFIG, "timeline": None}
     if tl is not None:
         t_data = timeline_data(tl)
@@ -297,6 +295,11 @@ def predict_page(p: Prediction, *, trace_file: str | None = None) -> Page:
         page.section("Memory over time", "Allocated memory on one GPU of each stage over the step (the replica "
                      "class and step with the highest peak), from the lifetimes of activations in the schedule.",
                      "memory-time").figure(_memory_over_time(tl, p.memory.capacity_bytes), "memory-time", height=380)
+    rows = getattr(p, "stage_busy_idle", None)
+    if rows:
+        page.section("Busy and idle per stage (critical replica)", "Where each stage's time goes in the event "
+                     "engine: computing, exposed communication, or waiting.", "busy").figure(
+            _busy_idle(rows, p.iteration_time_s), "busy-idle", height=330)
     details = page.section("Configuration", anchor="config")
     j = p.job
     details.bullets([

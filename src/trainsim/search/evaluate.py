@@ -94,6 +94,12 @@ class Candidate:
     tight: bool = False  # fits within 10 % of capacity: ranked after plans with headroom
     analytic_iteration_time_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    etp: int | None = None  # expert tensor-parallel size (None: tp)
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size (resolved)."""
+        return self.etp if self.etp is not None else self.tp
 
     @property
     def spec(self) -> CandidateSpec:
@@ -179,7 +185,7 @@ def evaluate_chunk(ctx: EvalContext, specs: list[CandidateSpec]) -> list[tuple[A
         warnings.simplefilter("ignore", TrainsimWarning)
         for spec in specs:
             job = ctx.job(spec)
-            key = spec[:-1]
+            key = spec._replace(rank_order="")  # memory does not depend on the rank order
             if key != last_key:
                 memory = _memory(job)
                 last_key = key
@@ -190,8 +196,8 @@ def evaluate_chunk(ctx: EvalContext, specs: list[CandidateSpec]) -> list[tuple[A
 def make_candidate(index: int, spec: CandidateSpec, result: tuple[Any, ...], ctx: EvalContext) -> Candidate:
     """A :class:`Candidate` from a spec and its evaluation result."""
     num_nodes, fits, peak, t, mfu, hfu, breakdown = result
-    c = Candidate(index, *spec, num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown,
-                  tight=is_tight(peak, ctx.system.gpu.hbm_capacity))
+    c = Candidate(index, *spec[:-1], num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown,
+                  tight=is_tight(peak, ctx.system.gpu.hbm_capacity), etp=spec.etp)
     if t is not None:
         tokens = ctx.training.global_batch_size * (ctx.training.seq_length or ctx.model.seq_length)
         c.set_time(t, mfu, hfu, tokens, ctx.train_tokens, ctx.price_per_gpu_hour)

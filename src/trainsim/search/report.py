@@ -43,9 +43,9 @@ def explain(c: Candidate) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {share:.0%}" for share, k in parts[:4])
 
 
-_DIMS = (("GPUs", "num_gpus"), ("tp", "tp"), ("pp", "pp"), ("vpp", "vpp"), ("cp", "cp"), ("ep", "ep"), ("dp", "dp"),
-         ("mbs", "micro_batch_size"), ("schedule", "schedule"), ("recompute", "recompute"), ("zero", "zero_stage"),
-         ("sp", "sequence_parallel"), ("rank order", "rank_order"))
+_DIMS = (("GPUs", "num_gpus"), ("tp", "tp"), ("pp", "pp"), ("vpp", "vpp"), ("cp", "cp"), ("ep", "ep"),
+         ("etp", "expert_tp"), ("dp", "dp"), ("mbs", "micro_batch_size"), ("schedule", "schedule"),
+         ("recompute", "recompute"), ("zero", "zero_stage"), ("sp", "sequence_parallel"), ("rank order", "rank_order"))
 
 
 def _dim_text(c: Candidate, attr: str) -> str:

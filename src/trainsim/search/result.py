@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: Keys of every candidate in the JSON output, in order.
 CANDIDATE_KEYS = (
-    "rank", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch_size", "num_gpus", "num_nodes", "schedule",
+    "rank", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size", "num_gpus", "num_nodes", "schedule",
     "recompute", "zero_stage", "sequence_parallel", "rank_order", "iteration_time_s", "mfu", "hfu", "tokens_per_s",
     "fits", "tight", "peak_memory_bytes", "training_days", "gpu_hours", "cost_usd", "meets_deadline", "pareto",
     "engine",
@@ -82,7 +82,8 @@ class SearchResult:
         if pareto is None:
             pareto = any(self.candidates[i] is c for i in self.pareto)
         d: dict[str, Any] = {
-            "rank": rank, "tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep, "dp": c.dp,
+            "rank": rank, "tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep,
+            "etp": c.expert_tp, "dp": c.dp,
             "micro_batch_size": c.micro_batch_size, "num_gpus": c.num_gpus, "num_nodes": c.num_nodes,
             "schedule": c.schedule, "recompute": c.recompute, "zero_stage": c.zero_stage,
             "sequence_parallel": c.sequence_parallel, "rank_order": c.rank_order,

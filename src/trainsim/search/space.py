@@ -51,10 +51,11 @@ OPEN_WORDS = frozenset({"all", "*", "open"})
 
 #: Search dimensions, in enumeration order (open domains depend on the dimensions before them).
 DIMENSIONS: tuple[str, ...] = (
-    "num_gpus", "tp", "pp", "cp", "dp", "ep", "vpp", "schedule", "micro_batch_size", "recompute", "zero_stage",
+    "num_gpus", "tp", "pp", "cp", "dp", "ep", "etp", "vpp", "schedule", "micro_batch_size", "recompute", "zero_stage",
     "sequence_parallel", "rank_order",
 )
-INT_DIMENSIONS = frozenset({"num_gpus", "tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "zero_stage"})
+INT_DIMENSIONS = frozenset({"num_gpus", "tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size",
+                            "zero_stage"})
 SCHEDULES = SCHEDULE_NAMES
 #: Open schedule domain with vpp = 1 (from the registry's ``searched`` flags): GPipe is left out (same bubble as 1F1B,
 #: every micro-batch in flight; Megatron-LM does not implement it) — list it explicitly to include it.
@@ -86,6 +87,7 @@ class CandidateSpec(NamedTuple):
     zero_stage: int
     sequence_parallel: bool
     rank_order: str
+    etp: int | None = None  # expert tensor-parallel size (None: tp)
 
 
 #: Values one arithmetic range may expand to (a typo such as 1:100000000 is refused instead of running for hours).
@@ -224,6 +226,7 @@ class SearchSpace(Spec):
     vpp: Any = None
     cp: Any = None
     ep: Any = None
+    etp: Any = None
     dp: Any = None
     micro_batch_size: Any = None
     schedule: Any = None
@@ -436,14 +439,28 @@ class _Enumerator:
             return (1,)
         return (None,)  # derived from the GPU count by the job
 
-    def ep_values(self, dp: int, cp: int) -> tuple[int, ...]:
+    def ep_values(self, dp: int, cp: int, tp: int = 1) -> tuple[int, ...]:
         listed = self.given("ep", 1)
         if listed is not None:
             return listed
         if not self.model.is_moe:
             return (1,)
         experts = self.model.num_experts or 1
-        return tuple(e for e in divisors(experts) if (dp * cp) % e == 0) or (1,)
+        etps = self.given("etp", None)
+        least = 1 if etps is None else min(e or tp for e in etps)  # parallel folding: ep·etp divides tp·cp·dp
+        return tuple(e for e in divisors(experts) if (tp * dp * cp) % (e * least) == 0) or (1,)
+
+    def etp_values(self, tp: int, dp: int, cp: int, ep: int) -> tuple[int | None, ...]:
+        """Expert tensor-parallel sizes: listed, or open over the divisors of tp that fold into the attention grid
+        (``ep·etp`` divides ``tp·cp·dp``) and divide the expert FFN; ``None`` stands for etp = tp."""
+        listed = self.given("etp", None)
+        if listed is not None:
+            return tuple(None if e == tp else e for e in listed)
+        if not self.model.is_moe or tp == 1:
+            return (None,)
+        ffn = self.model.expert_ffn_size
+        return tuple(None if e == tp else e for e in divisors(tp)
+                     if (tp * dp * cp) % (ep * e) == 0 and ffn % e == 0) or (None,)
 
     def vpp_values(self, pp: int) -> tuple[int, ...]:
         listed = self.given("vpp", 1)
@@ -586,7 +603,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
             skip(err)
             continue
         dp, world = probe.dp, probe.world_size
-        for ep in en.ep_values(dp, cp):
+        for ep, etp in ((e, t) for e in en.ep_values(dp, cp, tp) for t in en.etp_values(tp, dp, cp, e)):
             orders, merged = distinct_rank_orders(tp, cp, ep, dp, pp, gpn, listed_orders)
             per_combination = len(orders) + merged
             pipelines = [(vpp, sched) for vpp in en.vpp_values(pp) for sched in en.schedule_values(pp, vpp)]
@@ -600,7 +617,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                     out.equivalent += per_combination
                     continue
                 try:
-                    par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=dp, sequence_parallel=sp,
+                    par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, sequence_parallel=sp,
                                       schedule=schedule, first_stage_layers=first, last_stage_layers=last)
                     tr = Training(**{**tr_base, "micro_batch_size": mbs, "recompute_granularity": recompute,
                                      "zero_stage": zero})
@@ -616,7 +633,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                     if issubclass(w.category, TrainsimWarning):
                         out.warnings[str(w.message)] += len(orders)
                 out.candidates.extend(CandidateSpec(world, tp, pp, vpp, cp, ep, dp, mbs, schedule, recompute, zero,
-                                                    sp, order) for order in orders)
+                                                    sp, order, etp) for order in orders)
     return out
 
 
@@ -627,7 +644,8 @@ def build_job(model: Model, system: System, training: Training, spec: CandidateS
     :func:`enumerate_space`, which validated every one of them; ``training`` must then be resolved, as
     :class:`SearchSpace` keeps it)."""
     fw = framework or load_framework()
-    fields = {"tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "ep": spec.ep, "dp": spec.dp,
+    fields = {"tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "ep": spec.ep, "etp": spec.etp,
+              "dp": spec.dp,
               "sequence_parallel": spec.sequence_parallel, "schedule": spec.schedule, "rank_order": spec.rank_order,
               "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
     tr = training.model_copy(update={"micro_batch_size": spec.micro_batch_size,

@@ -75,6 +75,12 @@ class Sharding:
         return self.zero_stage
 
 
+#: DeepSpeed ZeRO-3 fetches parameters per sub-module (``fetch_sub_module`` in ``deepspeed/runtime/zero/
+#: partitioned_param_coordinator.py``, one coalesced all-gather per fetch): a transformer layer has six modules with
+#: parameters (QKV, output projection, FC1, FC2 and the two norms), so six all-gathers each paying the group's latency.
+DEEPSPEED_ZERO3_MODULES_PER_LAYER = 6
+
+
 def sharding_of(job: Job) -> Sharding:
     """The data-parallel behaviour of ``job``."""
     tr, par, fw = job.training, job.parallelism, job.framework
@@ -86,7 +92,7 @@ def sharding_of(job: Job) -> Sharding:
         shards=job.dp * par.cp,
         per_microbatch_gather=per_mb,
         reshard_after_forward=per_mb and fw.reshard_after_forward,
-        collectives_per_layer=1,
+        collectives_per_layer=DEEPSPEED_ZERO3_MODULES_PER_LAYER if per_mb and job.dp_engine == "deepspeed-zero" else 1,
         prefetch_depth=fw.prefetch_depth if zero >= 3 else 1,
         param_bytes=e,
         grad_reduce_bytes=4.0 if tr.grads_in_fp32 else 2.0,

@@ -26,23 +26,67 @@ class Target(NamedTuple):
     gpus: int
 
 
-@dataclass(slots=True)
-class JobState:
-    """The engine's view of one submitted, unfinished job."""
+class Clock:
+    """The simulation time shared by the job states of one run."""
 
-    spec: JobSpec
-    remaining: float  # iterations left at the view's time (fractional while running)
-    pool: str | None = None  # current allocation (None: waiting)
-    gpus: int = 0
-    iter_time_s: float = math.inf  # current iteration time (straggler slowdown included)
-    attained_gpu_s: float = 0.0  # GPU-seconds received so far
-    first_start_s: float | None = None
-    admitted: bool = True
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+
+class JobState:
+    """The engine's view of one submitted, unfinished job (read-only for policies; computed on access)."""
+
+    __slots__ = ("_clock", "_rec", "spec")
+
+    def __init__(self, spec: JobSpec, rec: Any, clock: Clock) -> None:
+        self.spec = spec
+        self._rec = rec
+        self._clock = clock
+
+    @property
+    def remaining(self) -> float:
+        """Iterations left now (fractional while running)."""
+        rec = self._rec
+        left = float(self.spec.iterations - rec.done)
+        seg = rec.seg
+        return left if seg is None else left - seg.progress(self._clock.now)
+
+    @property
+    def pool(self) -> str | None:
+        """Pool of the current allocation (None: waiting)."""
+        seg = self._rec.seg
+        return None if seg is None else seg.pool
+
+    @property
+    def gpus(self) -> int:
+        """GPUs held now."""
+        seg = self._rec.seg
+        return 0 if seg is None else seg.gpus
 
     @property
     def running(self) -> bool:
         """Whether the job holds GPUs."""
-        return self.gpus > 0
+        return self._rec.seg is not None
+
+    @property
+    def iter_time_s(self) -> float:
+        """Current iteration time (straggler slowdown included; ``inf`` while waiting)."""
+        seg = self._rec.seg
+        return math.inf if seg is None else seg.iter_time
+
+    @property
+    def attained_gpu_s(self) -> float:
+        """GPU-seconds received so far."""
+        rec = self._rec
+        seg = rec.seg
+        return rec.closed_gpu_s + (0.0 if seg is None else seg.gpus * (self._clock.now - seg.t0))
+
+    @property
+    def first_start_s(self) -> float | None:
+        """When the job first started."""
+        return self._rec.first_start
 
 
 @dataclass
@@ -123,12 +167,19 @@ def greedy_rigid(view: View, order: list[JobState], *, blocking: bool, keep_runn
     out: dict[int, Target] = {}
     if keep_running:
         for js in order:
-            if js.running and js.pool is not None:
-                out[js.spec.index] = Target(js.pool, js.gpus)
-                free[js.pool] -= js.gpus
+            pool_name = js.pool
+            if pool_name is not None:
+                n = js.gpus
+                out[js.spec.index] = Target(pool_name, n)
+                free[pool_name] -= n
+    most = max(free.values())
     for js in order:
         i = js.spec.index
         if i in out:
+            continue
+        if js.spec.requested_gpus > most:  # fits nowhere now: skip without looking at pools
+            if blocking:
+                break
             continue
         pool = rigid_pool(view, js.spec, free)
         if pool is None:
@@ -137,4 +188,7 @@ def greedy_rigid(view: View, order: list[JobState], *, blocking: bool, keep_runn
             continue
         out[i] = Target(pool, js.spec.requested_gpus)
         free[pool] -= js.spec.requested_gpus
+        most = max(free.values())
+        if most == 0:
+            break
     return out

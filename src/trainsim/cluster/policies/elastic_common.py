@@ -3,6 +3,7 @@ hand-out of leftover GPUs by marginal gain."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -15,7 +16,7 @@ from trainsim.cluster.spec import Pool
 class Sizes:
     """The usable GPU counts of a job on a pool (faster than every smaller one, within its min/max), with times."""
 
-    __slots__ = ("sizes", "times")
+    __slots__ = ("_neg_times", "_size_list", "_time_list", "sizes", "times")
 
     def __init__(self, view: View, js: JobState, pool: Pool) -> None:
         c = view.curve(js.spec, pool)
@@ -23,35 +24,44 @@ class Sizes:
         mask = c.usable & (c.sizes >= lo) & (c.sizes <= hi) & np.isfinite(c.times)
         self.sizes = c.sizes[mask]
         self.times = c.times[mask]
+        self._size_list = [int(x) for x in self.sizes]
+        self._time_list = [float(x) for x in self.times]
+        self._neg_times = [-x for x in self._time_list]  # ascending: usable times strictly decrease with size
 
     def min_share(self, remaining: float, time_left: float) -> int | None:
         """Smallest usable size that finishes ``remaining`` iterations within ``time_left`` s (None: none does)."""
-        if time_left <= 0:
+        if time_left <= 0 or not self._size_list:
             return None
-        ok = np.flatnonzero(remaining * self.times <= time_left)
-        return int(self.sizes[ok[0]]) if ok.size else None
+        if remaining <= 0:
+            return self._size_list[0]
+        i = bisect.bisect_left(self._neg_times, -time_left / remaining)
+        while i < len(self._time_list) and remaining * self._time_list[i] > time_left:
+            i += 1  # guard the division's rounding: the product is the rule
+        while i > 0 and remaining * self._time_list[i - 1] <= time_left:
+            i -= 1
+        return self._size_list[i] if i < len(self._size_list) else None
 
     def next_after(self, n: int) -> tuple[int, float] | None:
         """The next usable size above ``n`` and its iteration time."""
-        i = int(np.searchsorted(self.sizes, n, side="right"))
-        if i >= len(self.sizes):
+        i = bisect.bisect_right(self._size_list, n)
+        if i >= len(self._size_list):
             return None
-        return int(self.sizes[i]), float(self.times[i])
+        return self._size_list[i], self._time_list[i]
 
     def time(self, n: int) -> float:
         """Iteration time at a usable size (``inf`` at 0)."""
         if n == 0:
             return math.inf
-        i = int(np.searchsorted(self.sizes, n))
-        return float(self.times[i])
+        return self._time_list[bisect.bisect_left(self._size_list, n)]
 
 
 def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dict[int, Sizes],
              jobs: list[JobState]) -> int:
     """Give ``free`` GPUs to ``jobs`` step by step (to each job's next usable size), best marginal gain first.
 
-    Gain of a step = (throughput after − before) / extra GPUs / remaining iterations (iterations per second per GPU,
-    relative to the work left: the step that shortens a job's remaining time the most per GPU). Ties: trace order.
+    Gain of a step = its marginal scaling efficiency: (throughput after − before) / extra GPUs, over the job's
+    throughput per GPU at its smallest usable size (1 = linear scaling); starting a waiting job ranks above growing a
+    running one. Ties: trace order.
     Returns the GPUs left.
     """
     heap: list[tuple[float, int, int, int]] = []
@@ -66,7 +76,11 @@ def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dic
         n2, t2 = nxt
         n1 = alloc.get(i, 0)
         t1 = sizes[i].time(n1)
-        gain = (1.0 / t2 - (0.0 if n1 == 0 else 1.0 / t1)) / (n2 - n1) / max(js.remaining, 1e-9)
+        s = sizes[i]
+        per_gpu = 1.0 / (s._time_list[0] * s._size_list[0])  # throughput per GPU at the smallest usable size
+        gain = (1.0 / t2 - (0.0 if n1 == 0 else 1.0 / t1)) / (n2 - n1) / per_gpu
+        if n1 == 0:
+            gain += 1.0  # starting a waiting job comes before growing a running one
         heapq.heappush(heap, (-gain, i, n2, n2 - n1))
 
     by_index = {js.spec.index: js for js in jobs}

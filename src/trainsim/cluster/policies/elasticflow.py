@@ -9,10 +9,14 @@ Rules, at every event:
    (``deadline cannot be met``). Jobs without a deadline are admitted as best-effort.
 2. **Minimum shares**: admitted deadline jobs, earliest deadline first (ties: trace order), get their current
    minimum share; a job whose deadline can no longer be met becomes best-effort.
-3. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
+3. **Best effort**: every other job gets its smallest usable size (trace order) while GPUs remain.
+4. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
    since every resize costs a checkpoint restart.
-4. **Leftovers**: the remaining GPUs go, one usable size step at a time, to the job whose step gains the most
-   throughput per GPU relative to its remaining work (ties: trace order).
+5. **Leftovers**: the remaining GPUs go, one usable size step at a time, to the step with the best marginal
+   scaling efficiency (throughput gained per GPU over the job's throughput per GPU at its smallest size; ties:
+   trace order). Running jobs are grown only at
+   rebalances (every ``rebalance_s``, default 600 s, a scheduling tick); in between, leftovers go to waiting jobs,
+   so that a job is not checkpointed and restarted at every arrival.
 
 Simplification (documented in docs/cluster.md): shares are checked at the current instant, not over ElasticFlow's
 future time slots, so admission is slightly stricter than the original's. The usable sizes come from the throughput
@@ -32,8 +36,10 @@ class ElasticFlow(Policy):
     name = "elasticflow"
     elastic = True
 
-    def __init__(self, **options: object) -> None:
-        super().__init__(**options)
+    def __init__(self, rebalance_s: float = 600.0) -> None:
+        super().__init__()
+        self.tick_s = rebalance_s
+        self.next_rebalance = 0.0
         self.seen: set[int] = set()
         self.sizes: dict[int, Sizes] = {}
 
@@ -44,6 +50,9 @@ class ElasticFlow(Policy):
     def schedule(self, view: View) -> dict[int, Target]:
         """Admission, minimum shares, leftovers."""
         out: dict[int, Target] = {}
+        rebalance = view.now >= self.next_rebalance
+        if rebalance:
+            self.next_rebalance = view.now + (self.tick_s or 0.0)
         by_pool: dict[str, list] = {}
         for js in view.jobs:
             pool = self._pool(view, js)
@@ -83,6 +92,14 @@ class ElasticFlow(Policy):
             for js in jobs:
                 self.seen.add(js.spec.index)
             live = [j for j in jobs if j.spec.index not in view.rejected]
+            # best-effort jobs get their smallest usable size (trace order), before running jobs keep extra GPUs
+            for js in live:
+                i = js.spec.index
+                if i not in alloc and len(self.sizes[i].sizes):
+                    s = int(self.sizes[i].sizes[0])
+                    if used + s <= cap:
+                        alloc[i] = s
+                        used += s
             # running jobs keep their size where it still fits (a resize costs a checkpoint restart)
             for js in live:
                 i = js.spec.index
@@ -91,7 +108,8 @@ class ElasticFlow(Policy):
                     if used + extra <= cap:
                         alloc[i] = js.gpus
                         used += extra
-            hand_out(view, pool_name, cap - used, alloc, self.sizes, live)
+            growable = live if rebalance else [j for j in live if not j.running]
+            hand_out(view, pool_name, cap - used, alloc, self.sizes, growable)
             order = [j.spec.index for j in live if j.running] + [j.spec.index for j in live if not j.running]
             out.update(targets(alloc, pool_name, order))
         return out

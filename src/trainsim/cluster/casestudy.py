@@ -1,0 +1,82 @@
+"""``trainsim cluster casestudy vtrain2``: vTrain §V-B's four experiments, best plan vs DP-only throughput.
+
+Experiments (each a vTrain-recipe trace from the same ITP file and seed, :func:`~trainsim.cluster.generators.vtrain2`):
+
+- ``deadline-64`` and ``deadline-128``: 64 and 128 consecutive arrivals with deadlines → deadline satisfaction ratio;
+- ``jct-32``: 32 arrivals without deadlines → mean job completion time;
+- ``makespan-32``: 32 jobs submitted at once → makespan.
+
+Each trace runs under one policy (default ``elasticflow``, as in vTrain) with ``dp-only`` and ``best`` throughput,
+in each search space asked for. The trace (jobs, GPU counts, iterations, deadlines) does not depend on the source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainsim.cluster.generators import offered_load, read_itp, vtrain2
+from trainsim.cluster.spec import load_cluster
+from trainsim.cluster.throughput import ThroughputModel
+
+#: (name, jobs, deadlines, all at once, metric, better when)
+EXPERIMENTS: tuple[tuple[str, int, bool, bool, str, str], ...] = (
+    ("deadline-64", 64, True, False, "dsr", "higher"),
+    ("deadline-128", 128, True, False, "dsr", "higher"),
+    ("jct-32", 32, False, False, "jct_mean_s", "lower"),
+    ("makespan-32", 32, False, True, "makespan_s", "lower"),
+)
+#: What vTrain reports for the same comparisons (MICRO'24 §V-B), for the docs and the printed table.
+VTRAIN_REPORTED = {"deadline-64": "1.17×", "deadline-128": "1.30×", "jct-32": "−52.6 %", "makespan-32": "up to −26.4 %"}
+
+
+def run_casestudy(itp: str | Path, seed: int, cluster: str = "dgx-a100:128", policy: str = "elasticflow",
+                  spaces: list[str] | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Run every experiment with both sources; return rows of ``{experiment, space, metric, dp_only, best, ratio,
+    offered_load}``."""
+    from trainsim.cluster import simulate
+    from trainsim.cluster.outputs import write_outputs
+    from trainsim.errors import TrainsimError
+
+    spaces = spaces or ["tdp"]
+    for s in spaces:
+        if s not in ("tdp", "full"):
+            raise TrainsimError("--search-spaces", f"unknown search space {s!r}", "use tdp, full or tdp,full")
+    spec = load_cluster(cluster)
+    df = read_itp(itp)
+    rows = []
+    for name, k, deadlines, at_once, metric, better in EXPERIMENTS:
+        trace = vtrain2(df, k, seed, spec, deadlines=deadlines, all_at_once=at_once)
+        # a property of the trace: GPU-time on the requested GPUs at the DP-only (t, d, p) speed the trace was sized on
+        load = offered_load(trace, ThroughputModel(source="dp-only", space="tdp"), spec)
+        for space in spaces:
+            values = {}
+            for source in ("dp-only", "best"):
+                jobs, alloc, m = simulate(trace, spec, policy=policy, throughput=source, search_space=space, seed=seed)
+                values[source] = m[metric]
+                if out is not None:
+                    write_outputs(out / f"{name}-{space}-{source}", jobs, alloc, m, plots=False)
+            base, best = values["dp-only"], values["best"]
+            ratio = None if not base else (best / base if metric == "dsr" else (best - base) / base)
+            rows.append({"experiment": name, "jobs": k, "space": space, "metric": metric, "better": better,
+                         "dp_only": base, "best": best, "ratio": ratio, "offered_load": load,
+                         "vtrain_reported": VTRAIN_REPORTED[name]})
+    return {"itp": str(itp), "seed": seed, "cluster": cluster, "policy": policy, "rows": rows}
+
+
+def format_casestudy(result: dict[str, Any]) -> str:
+    """A readable table of :func:`run_casestudy`'s rows."""
+    lines = [f"vTrain case study 2 on {result['itp']} (seed {result['seed']}, {result['cluster']}, "
+             f"policy {result['policy']})",
+             f"{'experiment':<14}{'space':<6}{'load':>6}  {'metric':<11}{'DP-only':>12}{'best plan':>12}"
+             f"{'change':>10}  vTrain"]
+    for r in result["rows"]:
+        if r["metric"] == "dsr":
+            a, b = f"{100 * r['dp_only']:.1f} %", f"{100 * r['best']:.1f} %"
+            ch = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "–"
+        else:
+            a, b = f"{r['dp_only'] / 3600:.2f} h", f"{r['best'] / 3600:.2f} h"
+            ch = f"{100 * r['ratio']:+.1f} %" if r["ratio"] is not None else "–"
+        lines.append(f"{r['experiment']:<14}{r['space']:<6}{r['offered_load']:>6.2f}  {r['metric']:<11}{a:>12}"
+                     f"{b:>12}{ch:>10}  {r['vtrain_reported']}")
+    return "\n".join(lines)
