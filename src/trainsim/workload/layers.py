@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
@@ -68,7 +69,12 @@ class Shard:
     @property
     def act_bytes(self) -> float:
         """Bytes per activation element."""
-        return 4.0 if self.precision == "fp32" else 2.0
+        return element_bytes(self.precision)
+
+    def p2p_bytes(self, hidden_size: int) -> float:
+        """Bytes of one pipeline transfer (activation or its gradient) of this micro-batch: ``tokens·h/tp``
+        elements per GPU (each TP rank sends its share)."""
+        return self.tokens * hidden_size * self.act_bytes / self.tp
 
     @property
     def act_dtype(self) -> str:
