@@ -21,6 +21,7 @@ measured).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -43,12 +44,12 @@ KEEP = ("name", "phase", "kind", "dtype", "batch", "m", "n", "k", "attn_batch", 
         "driver_version", "measured_at")
 
 
-def derive_kernel_table(sweeps: list[str | Path]) -> pd.DataFrame:
+def derive_kernel_table(sweeps: Sequence[str | Path]) -> pd.DataFrame:
     """The compact GEMM/attention table of measured sweeps: their GEMM and attention rows, key and timing columns."""
     frames = [pd.read_parquet(p) for p in sweeps]
     df = pd.concat(frames, ignore_index=True)
-    df = df[df["kind"].isin(["gemm", "attention"]) & (df["time_s"] > 0)]
-    return df[[c for c in KEEP if c in df.columns]].reset_index(drop=True)
+    keep = df.loc[df["kind"].isin(["gemm", "attention"]) & (df["time_s"] > 0), [c for c in KEEP if c in df.columns]]
+    return pd.DataFrame(keep).reset_index(drop=True)
 
 
 @dataclass

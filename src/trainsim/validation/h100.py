@@ -16,7 +16,9 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
+from trainsim.spec.framework import load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism
@@ -44,7 +46,7 @@ class H100Run:
 
 def _model(r: dict) -> Model:  # type: ignore[type-arg]
     llama = bool(r["swiglu"])
-    fields = dict(name=r["name"], num_layers=r["L"], hidden_size=r["h"], num_attention_heads=r["heads"],
+    fields: dict[str, Any] = dict(name=r["name"], num_layers=r["L"], hidden_size=r["h"], num_attention_heads=r["heads"],
                   num_query_groups=r["kv"], ffn_hidden_size=r["ffn"], vocab_size=r["V"], seq_length=r["seq"],
                   hidden_dropout=0.0, attention_dropout=0.0)
     if llama:
@@ -62,7 +64,7 @@ def run_of(r: dict) -> H100Run:  # type: ignore[type-arg]
               training=Training(micro_batch_size=r["mbs"], global_batch_size=r["mbs"] * r["num_microbatches"],
                                 seq_length=r["seq"], recompute_granularity="full" if r["recompute"] else "none",
                                 precision="bf16"),
-              num_gpus=1, framework=fw)
+              num_gpus=1, framework=load_framework(fw))
     return H100Run(f"h100_{r['name']}", fw, job, float(r["iter_s"]), float(r["peak_alloc_bytes"]),
                    r["name"] not in SUSPECT_MEMORY)
 

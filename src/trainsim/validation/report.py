@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -196,8 +197,8 @@ def run_validation(refit: bool = False, held_out: bool = True) -> ValidationRepo
         if run is not None:
             if run.memory_comparable:
                 res.measured_memory_gb = run.peak_alloc_bytes / 1e9
-            unset = dict.fromkeys(("attention", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                                   "grad_reduce_in_fp32", "zero_stage"))
+            unset: dict[str, Any] = dict.fromkeys(("attention", "overlap_grad_reduce", "overlap_param_gather",
+                                                   "tp_comm_overlap", "grad_reduce_in_fp32", "zero_stage"))
             base_job = type(job)(model=job.model, system=job.system, parallelism=job.parallelism,
                                  training=job.training.model_copy(update=unset), num_gpus=job.num_gpus)
             b = predict(base_job, cost_model=default_cost_model(base_job, calib, kernels="analytic"))
@@ -249,7 +250,7 @@ def _group_lines(report: ValidationReport, title: str, keys: list[str], by: str)
     lines = [f"| {title} | rows | MAPE | max abs error | held-out MAPE | Spearman | top-1 regret |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for k in keys:
-        kw = {by: k}
+        kw: dict[str, Any] = {by: k}
         n = len(report._pick(kw.get("source"), kw.get("framework")))
         label = SOURCE_NAMES.get(k, k) if by == "source" else f"`{k}`"
         lines.append(f"| {label} | {n} | {_abs(report.mape(**kw))} | {_abs(report.max_error(**kw))} | "
@@ -299,15 +300,16 @@ def render_markdown(report: ValidationReport) -> str:
             "",
             "## Single-H100 steps: time and peak memory",
             "",
-            "*one stack* is the prediction before framework profiles and measured kernels (the job run as",
-            "`megatron-core` with analytic kernels: one implicit software stack). Memory compares the predicted peak",
+            "*as megatron-core* is an ablation, not the pre-issue model: the same job predicted as if it ran",
+            "Megatron-Core with Transformer Engine and analytic kernels (today's constants), i.e. what a model that",
+            "ignores the software stack says. Memory compares the predicted peak",
             "of tensor allocations (the peak without CUDA context, NCCL buffers and allocator reserve) with",
             "`torch.cuda.max_memory_allocated` (GB = 1e9 B); *predicted GB* in the per-row table below is the whole",
             "peak that decides whether a plan fits. `gpt-1.3b-mbs1`'s measured peak includes leftovers of the run",
             "before it (data README) and is not compared.",
             "",
-            "| run | profile | measured s | predicted s | error | one stack s | one-stack error | measured GB | "
-            "predicted GB | memory error | one-stack GB |",
+            "| run | profile | measured s | predicted s | error | as megatron-core s | error | measured GB | "
+            "predicted GB | memory error | as megatron-core GB |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in h100:
