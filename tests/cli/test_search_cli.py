@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from cli_helpers import run
+from trainsim.cli.search_options import space_from_options, typed_value
 from trainsim.search import CANDIDATE_KEYS
-from trainsim.search.options import space_from_options, typed_value
 from trainsim.search.space import OPEN
 
 MTNLG = ["search", "-m", "mt-nlg-530b", "-s", "dgx-a100", "--tp", "4,8,16", "--dp",

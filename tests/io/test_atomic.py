@@ -56,3 +56,19 @@ def test_write_text_atomic(tmp_path):
     write_text_atomic(target, "done")
     assert target.read_text() == "done"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.txt"]
+
+
+def test_new_files_get_the_usual_permissions(tmp_path):
+    import os
+
+    from trainsim.io.atomic import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "report.html", "x")
+        assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o644  # shareable, like open() makes it
+        (tmp_path / "report.html").chmod(0o600)
+        write_text_atomic(tmp_path / "report.html", "y")
+        assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o600  # an existing file keeps its mode
+    finally:
+        os.umask(old)

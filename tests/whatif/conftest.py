@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from trainsim.whatif.synthetic import OpTimes
+from trainsim.whatif.synthetic import TraceOpTimes
 
 
 def shared_dir() -> Path:
@@ -32,9 +32,9 @@ def traces() -> Path:
 
 
 @pytest.fixture
-def hand_times() -> OpTimes:
+def hand_times() -> TraceOpTimes:
     """Exactly representable op times: stage 1 computes 2x slower, the rest is free (worked by hand)."""
-    return OpTimes.compute_only(forward=[1.0, 2.0], backward=[2.0, 4.0])
+    return TraceOpTimes.compute_only(forward=[1.0, 2.0], backward=[2.0, 4.0])
 
 
 @pytest.fixture

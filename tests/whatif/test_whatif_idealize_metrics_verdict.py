@@ -9,7 +9,7 @@ from trainsim.errors import TrainsimError
 from trainsim.whatif import IdealizeConfig, VerdictRule, analyze_trace
 from trainsim.whatif.idealize import statistic
 from trainsim.whatif.metrics import added_share, share, worker_count, worst_workers
-from trainsim.whatif.synthetic import OpTimes, synthetic_trace
+from trainsim.whatif.synthetic import TraceOpTimes, synthetic_trace
 from trainsim.whatif.verdict import decide
 
 
@@ -30,7 +30,7 @@ def test_config_validation():
 
 
 def test_idealization_statistic_changes_the_ideal():
-    times = OpTimes.compute_only(forward=[1.0, 1.0], backward=[2.0, 2.0])
+    times = TraceOpTimes.compute_only(forward=[1.0, 1.0], backward=[2.0, 2.0])
     df, meta = synthetic_trace(pp=2, dp=4, microbatches=2, steps=1, times=times, slow_workers={(3, 1): 5.0})
     mean = analyze_trace(df, meta)
     median = analyze_trace(df, meta, ideal=IdealizeConfig(compute_stat="median"))

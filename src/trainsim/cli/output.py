@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any
+
+from trainsim.units import fmt_bytes, fmt_seconds
+
+__all__ = ["check_outputs", "fmt_bytes", "fmt_seconds", "print_json"]
 
 
 def print_json(data: Any) -> None:
@@ -19,26 +22,6 @@ def _default(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def fmt_seconds(s: float) -> str:
-    """Seconds in a readable unit."""
-    if not math.isfinite(s):
-        return str(s)
-    if s >= 86400 * 2:
-        return f"{s / 86400:.1f} d"
-    if s >= 3600:
-        return f"{s / 3600:.1f} h"
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
-def fmt_bytes(b: float) -> str:
-    """Bytes in GB (1e9)."""
-    return f"{b / 1e9:.1f} GB"
 
 
 def check_outputs(files: dict[str, Any], directories: dict[str, Any] | None = None) -> None:

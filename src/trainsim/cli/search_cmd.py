@@ -41,9 +41,9 @@ def search_command(
 ) -> None:
     """Search parallelization plans: every search flag takes a value, a list (--tp 4,8,16), a range
     (--num-gpus 512:4096:512, or 256..2048 doubling) or 'all'; flags not given are searched too (--others open)."""
+    from trainsim.cli.search_options import load_calibration, space_from_options
     from trainsim.errors import TrainsimError
     from trainsim.search import search
-    from trainsim.search.options import load_calibration, space_from_options
 
     if top < 0:
         raise TrainsimError("top", f"must be 0 or more (got {top})", "give --top K (0: all)")

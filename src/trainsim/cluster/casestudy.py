@@ -47,9 +47,10 @@ def run_casestudy(itp: str | Path, seed: int, cluster: str = "dgx-a100:128", pol
     rows = []
     for name, k, deadlines, at_once, metric, better in EXPERIMENTS:
         trace = vtrain2(df, k, seed, spec, deadlines=deadlines, all_at_once=at_once)
+        # a property of the trace: GPU-time on the requested GPUs at the DP-only (t, d, p) speed the trace was sized on
+        load = offered_load(trace, ThroughputModel(source="dp-only", space="tdp"), spec)
         for space in spaces:
             values = {}
-            load = offered_load(trace, ThroughputModel(source="dp-only", space=space), spec)  # type: ignore[arg-type]
             for source in ("dp-only", "best"):
                 jobs, alloc, m = simulate(trace, spec, policy=policy, throughput=source, search_space=space, seed=seed)
                 values[source] = m[metric]

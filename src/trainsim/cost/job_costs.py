@@ -341,8 +341,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
     head = _time_work(head_work(job.model, shard), model, places, overlap, split_backward=split)
     empty = BlockCost()
 
-    e = 4.0 if tr.precision == "fp32" else 2.0
-    act = tr.micro_batch_size * job.seq_length / par.cp * job.model.hidden_size * e / par.tp
+    act = shard.p2p_bytes(job.model.hidden_size)
     p2p = model.collective(CommOp("pp_p2p", "send_recv", "pp", "fwd", act), places["pp"]) if par.pp > 1 else 0.0
     if par.pp > 1 and not job.sequence_parallel and par.tp > 1:
         # scatter/gather optimisation: each TP rank sends 1/tp, then an all-gather inside the node

@@ -67,7 +67,7 @@ def moe_breakdown(job: Job, cost_model: CostModel | None = None) -> dict[str, An
             work = layer_work(m, sh, True)
             for key, t in _categorise(work, model, places).items():
                 totals[key] = totals.get(key, 0.0) + n * t
-            block = _time_work(work, model, places, job.training.tp_comm_overlap)
+            block = _time_work(work, model, places, bool(job.training.tp_comm_overlap))
             totals["ep_exposed_s"] = totals.get("ep_exposed_s", 0.0) + n * block.exposed.get("ep", 0.0)
             layers += n
         per_stage.append({"stage": s, "moe_layers": layers, "per_microbatch": totals,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 Algorithm = Literal["ring", "tree", "nvls", "nvls_tree"]
@@ -188,9 +189,11 @@ def choose(coll: Reduction, nbytes: float, links: Links, algorithm: str = "auto"
     return best
 
 
+@lru_cache(maxsize=1 << 16)
 def collective_seconds(coll: Reduction, nbytes: float, links: Links, algorithm: str = "auto",
                        protocol: str = "auto") -> float:
-    """Seconds of one collective of ``nbytes`` (nccl-tests' buffer size) over ``links``."""
+    """Seconds of one collective of ``nbytes`` (nccl-tests' buffer size) over ``links`` (cached: a search prices
+    the same few collectives for thousands of candidates)."""
     if links.ranks <= 1 or nbytes <= 0:
         return 0.0
     return choose(coll, nbytes, links, algorithm, protocol).time

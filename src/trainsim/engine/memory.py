@@ -30,6 +30,7 @@ import numpy as np
 from trainsim.engine.timeline import Timeline
 from trainsim.graph.build import Kind as K
 from trainsim.graph.build import chunk_layers
+from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fusion import fusion_of
 from trainsim.workload.memory import layer_activation_bytes, saved_input_bytes, stage_memory
@@ -90,7 +91,7 @@ def chunk_activation_bytes(job: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     model, par, tr = job.model, job.parallelism, job.training
     p, v, tp, cp = par.pp, par.vpp, par.tp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
-    e = 4.0 if tr.precision == "fp32" else 2.0
+    e = element_bytes(tr.precision)
     q = saved_input_bytes(tr.precision, tr.fp8_recipe)
     etp, mods = par.expert_tp, tuple(tr.recompute_modules)
     sp = job.sequence_parallel

@@ -352,9 +352,7 @@ class GraphBuilder:
         return self._finish()
 
     def _activation_bytes(self) -> float:
-        job, par = self.job, self.job.parallelism
-        e = 4.0 if job.training.precision == "fp32" else 2.0
-        return job.training.micro_batch_size * job.seq_length / par.cp * job.model.hidden_size * e / par.tp
+        return shard_of(self.job).p2p_bytes(self.job.model.hidden_size)
 
     def _program(self, s: int, o: StageOrder, ids: np.ndarray, start: int, xf: np.ndarray,
                  xb: np.ndarray) -> list[int]:

@@ -53,7 +53,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path``, on failure remove it.
 
     Writers that take a file name (pandas, pyarrow, matplotlib) write to the yielded path. The suffix is kept so
-    that libraries choosing a format by extension still work.
+    that libraries choosing a format by extension still work. The file gets the permissions a plain ``open()``
+    would give it (an existing file's mode, else ``0o666`` less the umask), not ``mkstemp``'s private ``0o600``.
     """
     target = Path(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix or ".tmp",
@@ -62,11 +63,22 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, _mode_for(target))
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def _mode_for(target: Path) -> int:
+    """The permissions of ``target`` if it exists, else those of a new file under the current umask."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:

@@ -394,7 +394,7 @@ def fmt_pct(x: float | None, digits: int = 1) -> str:
 
 def fmt_time(s: float | None) -> str:
     """Seconds in a readable unit (the CLI's formatting)."""
-    from trainsim.cli.output import fmt_seconds
+    from trainsim.units import fmt_seconds
 
     return "–" if s is None or not math.isfinite(s) else fmt_seconds(s)
 

@@ -99,10 +99,22 @@ def _pareto(result: SearchResult) -> dict[str, Any]:
                        "y": [getattr(c, ya) / ys], "text": ["best"], "textposition": "top right",
                        "marker": {"color": "#111827", "size": 16, "symbol": "star"},
                        "hovertext": [_hover(c, 1)], "hoverinfo": "text"})
+    def axis_type(values: list[float]) -> str:  # log only when the values span more than a factor of 20
+        v = [x for x in values if x and x > 0]
+        return "log" if v and max(v) / min(v) > 20 else "linear"
+
+    xs = [x for t in traces for x in t["x"]]
+    ys = [y for t in traces for y in t["y"]]
     return {"data": traces, "layout": {
         "height": 460, "hovermode": "closest", "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
-        "xaxis": {"title": {"text": xl}, "type": "log", "tickprefix": "$", "dtick": "D2"},
-        "yaxis": {"title": {"text": yl}, "type": "log", "dtick": "D2"}}}
+        "xaxis": _axis(xl, axis_type(xs), tickprefix="$"), "yaxis": _axis(yl, axis_type(ys))}}
+
+
+def _axis(title: str, kind: str, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"title": {"text": title}, "type": kind, **extra}
+    if kind == "log":
+        out["dtick"] = "D2"  # label 1, 2 and 5 of each decade only
+    return out
 
 
 def _why(result: SearchResult) -> tuple[dict[str, Any] | None, list[str]]:
@@ -143,8 +155,9 @@ def _why(result: SearchResult) -> tuple[dict[str, Any] | None, list[str]]:
             lines.append(f"By {objective}: {f(vb)} for the best against {f(vr)} for the runner-up.")
     if best.iteration_time_s is not None and runner.iteration_time_s is not None:
         diffs = sorted(((rb.get(k, 0.0) - bb.get(k, 0.0), k) for k in keys), reverse=True)
-        gains = [f"{BREAKDOWN[k][0]} {fmt(d)} less" for d, k in diffs if d > 1e-9][:3]
-        losses = [f"{BREAKDOWN[k][0]} {fmt(-d)} more" for d, k in diffs[::-1] if d < -1e-9][:2]
+        tiny = 0.005 * max(sum(bb.values()), sum(rb.values()), 1e-12)  # below 0.5 % of an iteration: noise
+        gains = [f"{BREAKDOWN[k][0]} {fmt(d)} less" for d, k in diffs if d > tiny][:3]
+        losses = [f"{BREAKDOWN[k][0]} {fmt(-d)} more" for d, k in diffs[::-1] if d < -tiny][:2]
         per_gpu = ""
         if best.num_gpus != runner.num_gpus:
             per_gpu = (f" It runs on {best.num_gpus:,} GPUs against {runner.num_gpus:,}: an iteration takes "

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from trainsim.cli.output import fmt_seconds
 from trainsim.search.evaluate import Candidate
+from trainsim.units import fmt_seconds
 
 if TYPE_CHECKING:
     from trainsim.search.result import SearchResult

@@ -44,7 +44,7 @@ from trainsim.spec.model import Model
 from trainsim.spec.parallelism import DEFAULT_RANK_ORDER, Parallelism
 from trainsim.spec.parallelism import DIMENSIONS as RANK_DIMENSIONS
 from trainsim.spec.system import System
-from trainsim.spec.training import Training
+from trainsim.spec.training import Training, element_bytes
 
 OPEN = "all"
 OPEN_WORDS = frozenset({"all", "*", "open"})
@@ -536,11 +536,11 @@ class _Enumerator:
         from trainsim.workload.flops import iteration_flops
         from trainsim.workload.fusion import fusion_of
         from trainsim.workload.layers import Shard, layer_work
-        from trainsim.workload.memory import layer_activation_bytes
+        from trainsim.workload.memory import layer_activation_bytes, saved_input_bytes
 
         tr, model = self.tr, self.model
-        e = 4.0 if tr.precision == "fp32" else 2.0
-        q = 1.0 if tr.precision == "fp8" else e
+        e = element_bytes(tr.precision)
+        q = saved_input_bytes(tr.precision, tr.fp8_recipe)
         flags = (False, True) if model.is_moe else (False,)
         fusion = fusion_of(probe)
         for moe in flags:

@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.training import element_bytes
 
 AttentionBackend = Literal["flash", "fused", "unfused", "local"]
 TransformerImpl = Literal["transformer_engine", "local"]
@@ -170,7 +171,7 @@ class Framework(Spec):
 
     def param_bytes(self, precision: str) -> float:
         """Bytes of one model parameter as trained."""
-        return 4.0 if precision == "fp32" else 2.0
+        return element_bytes(precision)
 
     def master_bytes(self, precision: str) -> float:
         """Bytes of the master copy of a parameter (0 when the optimizer updates the model's own parameters)."""

@@ -14,7 +14,7 @@ from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_NODE_GPUS, MAX_PRICE
 
-Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+PeakDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 #: GPU generations with fitted calibration constants, and ``default`` (the documented uncalibrated constants).
 Generation = Literal["ampere", "hopper", "blackwell", "default"]
 GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "default")

@@ -13,6 +13,12 @@ Recompute = Literal["none", "selective", "full"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]
 
 
+def element_bytes(precision: str) -> float:
+    """Bytes of one parameter or activation element as trained: 4 in fp32, else 2 (FP8 jobs keep 16-bit
+    activations and parameters). The one place this is written."""
+    return 4.0 if precision == "fp32" else 2.0
+
+
 class Training(Spec):
     """Per-iteration training settings (Megatron names).
 

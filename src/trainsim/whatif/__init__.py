@@ -13,7 +13,7 @@ from trainsim.whatif.idealize import IdealizeConfig
 from trainsim.whatif.model import DependencyModel, build_dependency_model
 from trainsim.whatif.result import JSON_KEYS, WhatIfResult
 from trainsim.whatif.session import CustomResult, WhatIf, parse_steps, pp_comm_free, stage_like_others
-from trainsim.whatif.synthetic import OpTimes, synthetic_trace
+from trainsim.whatif.synthetic import TraceOpTimes, synthetic_trace
 from trainsim.whatif.verdict import VERDICTS, VerdictRule
 
 __all__ = [
@@ -22,7 +22,7 @@ __all__ = [
     "CustomResult",
     "DependencyModel",
     "IdealizeConfig",
-    "OpTimes",
+    "TraceOpTimes",
     "VerdictRule",
     "WhatIf",
     "WhatIfResult",

@@ -101,7 +101,7 @@ _TAIL_SINGLETONS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Node:
+class DepNode:
     """One scheduling unit: a local operation, or a communication group that completes together."""
 
     members: np.ndarray  #: operation ids (one for a local op)
@@ -124,7 +124,7 @@ class DependencyModel:
     deps: tuple[np.ndarray, ...]
     groups: tuple[np.ndarray, ...]
     group_dp_sync: np.ndarray
-    schedule: tuple[Node, ...]
+    schedule: tuple[DepNode, ...]
     num_stages: int
     reference_step: int
     reference_dp_rank: int
@@ -425,7 +425,7 @@ def build_dependency_model(
 
 def _schedule(
     ops: pd.DataFrame, deps: tuple[np.ndarray, ...], groups: list[list[int]], group_sync: list[bool]
-) -> tuple[Node, ...]:
+) -> tuple[DepNode, ...]:
     """Topological order of nodes (local ops and communication groups); a cycle is an error."""
     n = len(ops)
     group_of = ops["group"].to_numpy()
@@ -470,7 +470,7 @@ def _schedule(
         mem = members[a]
         is_group = a >= len(local)
         nodes.append(
-            Node(
+            DepNode(
                 members=mem,
                 deps=tuple(deps[int(m)] for m in mem),
                 is_group=is_group,

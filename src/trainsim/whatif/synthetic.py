@@ -44,7 +44,7 @@ from trainsim.io.traces import (
 
 
 @dataclasses.dataclass(frozen=True)
-class OpTimes:
+class TraceOpTimes:
     """Seconds per operation type (forward/backward per stage when given as a sequence)."""
 
     forward: float | Sequence[float] = 0.0625
@@ -59,7 +59,7 @@ class OpTimes:
     gc: float = 0.0
 
     @classmethod
-    def compute_only(cls, forward: float | Sequence[float], backward: float | Sequence[float]) -> OpTimes:
+    def compute_only(cls, forward: float | Sequence[float], backward: float | Sequence[float]) -> TraceOpTimes:
         """Forward and backward compute only; every communication, the optimizer and gc take no time."""
         return cls(forward=forward, backward=backward, p2p=0.0, params_all_gather=0.0, grads_reduce_scatter=0.0,
                    layernorm=0.0, embedding=0.0, clip=0.0, optimizer=0.0, gc=0.0)
@@ -122,7 +122,7 @@ def _step(
     dp: int,
     m: int,
     vpp: int,
-    times: OpTimes,
+    times: TraceOpTimes,
     factor: np.ndarray,
     mb_factor: np.ndarray,
     gap: float,
@@ -276,7 +276,7 @@ def synthetic_trace(
     microbatches: int = 4,
     steps: int | Sequence[int] = 3,
     vpp: int = 1,
-    times: OpTimes | None = None,
+    times: TraceOpTimes | None = None,
     slow_workers: Mapping[tuple[int, int], float] | None = None,
     slow_stages: Mapping[int, float] | None = None,
     sequence_jitter: float = 0.0,
@@ -300,7 +300,7 @@ def synthetic_trace(
     if pp < 1 or dp < 1 or microbatches < 1 or vpp < 1:
         raise TrainsimError("synthetic", "pp, dp, vpp and microbatches must be >= 1", "use positive sizes")
     step_ids = list(range(steps)) if isinstance(steps, int) else [int(s) for s in steps]
-    t = times or OpTimes()
+    t = times or TraceOpTimes()
     factor = np.ones((dp, pp))
     for st, f in (slow_stages or {}).items():
         factor[:, st] *= f

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
@@ -68,7 +69,12 @@ class Shard:
     @property
     def act_bytes(self) -> float:
         """Bytes per activation element."""
-        return 4.0 if self.precision == "fp32" else 2.0
+        return element_bytes(self.precision)
+
+    def p2p_bytes(self, hidden_size: int) -> float:
+        """Bytes of one pipeline transfer (activation or its gradient) of this micro-batch: ``tokens·h/tp``
+        elements per GPU (each TP rank sends its share)."""
+        return self.tokens * hidden_size * self.act_bytes / self.tp
 
     @property
     def act_dtype(self) -> str:
@@ -391,7 +397,7 @@ def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[Comput
     bwd.append(_ew(shard, "moe_permute_grad", "bwd", 2 * perm))
     per_expert = max(1, round(rows / local_experts))
     f, b_ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.swiglu, dt, shard,
-                       batch=local_experts)
+                       batch=local_experts, bias=model.add_bias_linear)
     fwd += f
     bwd += b_
     act_recompute = [op for op in f if op.name.startswith("expert_") and op.kind == "elementwise"
@@ -402,7 +408,8 @@ def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[Comput
     comm_fwd: list[CommOp] = []
     comm_bwd: list[CommOp] = []
     if shared:
-        f, b_ = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.swiglu, dt, shard)
+        f, b_ = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.swiglu, dt, shard,
+                           bias=model.add_bias_linear)
         fwd += f
         bwd += b_
         comm_fwd += _tp_comm(shard, h, "shared_in", True, "shared_expert_fc1")
@@ -445,8 +452,10 @@ def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
         f, b_ = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard, bias=model.add_bias_linear)
         fwd += f
         bwd += b_
+        comm_bwd: tuple[CommOp, ...] = (_tp_comm_bwd(shard, h, "mlp_out", False, "mlp_fc2")
+                                         + _tp_comm_bwd(shard, h, "mlp_in", True, "mlp_fc1"))
     else:
-        f, b_, recompute, comm_fwd, moe_bwd = _moe_block(model, shard)
+        f, b_, recompute, comm_fwd, comm_bwd = _moe_block(model, shard)
         fwd += f
         bwd += b_
     da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, model)
@@ -454,10 +463,6 @@ def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
     bwd.append(da_b)
     if not moe:
         comm_fwd += _tp_comm(shard, h, "mlp_out", False, "mlp_fc2")
-        comm_bwd = (_tp_comm_bwd(shard, h, "mlp_out", False, "mlp_fc2")
-                    + _tp_comm_bwd(shard, h, "mlp_in", True, "mlp_fc1"))
-    else:
-        comm_bwd = moe_bwd
     return Work(tuple(fwd), tuple(bwd), tuple(recompute), comm_fwd, comm_bwd)
 
 

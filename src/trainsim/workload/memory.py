@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.fusion import Fusion, fusion_of
@@ -122,7 +123,7 @@ def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
     """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies)."""
     if precision == "fp8":
         return recipe_cost(fp8_recipe).saved_input_bytes
-    return 4.0 if precision == "fp32" else 2.0
+    return element_bytes(precision)
 
 
 def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp: int, sequence_parallel: bool,
@@ -261,7 +262,7 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     model, par, tr = job.model, job.parallelism, job.training
     tp, pp, cp = par.tp, par.pp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
-    e = 4.0 if tr.precision == "fp32" else 2.0
+    e = element_bytes(tr.precision)
     sp = job.sequence_parallel
     dense, expert = stage_parameter_split(job, stage)
     sh = sharding_of(job)

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainsim.spec.training import element_bytes
+
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
 
@@ -82,7 +84,7 @@ DEEPSPEED_ZERO3_MODULES_PER_LAYER = 6
 def sharding_of(job: Job) -> Sharding:
     """The data-parallel behaviour of ``job``."""
     tr, par, fw = job.training, job.parallelism, job.framework
-    e = 4.0 if tr.precision == "fp32" else 2.0
+    e = element_bytes(tr.precision)
     zero = tr.zero_stage or 0
     per_mb = zero >= 3 and par.pp == 1
     return Sharding(

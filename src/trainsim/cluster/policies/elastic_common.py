@@ -59,8 +59,9 @@ def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dic
              jobs: list[JobState]) -> int:
     """Give ``free`` GPUs to ``jobs`` step by step (to each job's next usable size), best marginal gain first.
 
-    Gain of a step = (throughput after − before) / extra GPUs / remaining iterations (iterations per second per GPU,
-    relative to the work left: the step that shortens a job's remaining time the most per GPU). Ties: trace order.
+    Gain of a step = its marginal scaling efficiency: (throughput after − before) / extra GPUs, over the job's
+    throughput per GPU at its smallest usable size (1 = linear scaling); starting a waiting job ranks above growing a
+    running one. Ties: trace order.
     Returns the GPUs left.
     """
     heap: list[tuple[float, int, int, int]] = []
@@ -75,7 +76,11 @@ def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dic
         n2, t2 = nxt
         n1 = alloc.get(i, 0)
         t1 = sizes[i].time(n1)
-        gain = (1.0 / t2 - (0.0 if n1 == 0 else 1.0 / t1)) / (n2 - n1) / max(js.remaining, 1e-9)
+        s = sizes[i]
+        per_gpu = 1.0 / (s._time_list[0] * s._size_list[0])  # throughput per GPU at the smallest usable size
+        gain = (1.0 / t2 - (0.0 if n1 == 0 else 1.0 / t1)) / (n2 - n1) / per_gpu
+        if n1 == 0:
+            gain += 1.0  # starting a waiting job comes before growing a running one
         heapq.heappush(heap, (-gain, i, n2, n2 - n1))
 
     by_index = {js.spec.index: js for js in jobs}

@@ -9,10 +9,12 @@ Rules, at every event:
    (``deadline cannot be met``). Jobs without a deadline are admitted as best-effort.
 2. **Minimum shares**: admitted deadline jobs, earliest deadline first (ties: trace order), get their current
    minimum share; a job whose deadline can no longer be met becomes best-effort.
-3. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
+3. **Best effort**: every other job gets its smallest usable size (trace order) while GPUs remain.
+4. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
    since every resize costs a checkpoint restart.
-4. **Leftovers**: the remaining GPUs go, one usable size step at a time, to the job whose step gains the most
-   throughput per GPU relative to its remaining work (ties: trace order). Running jobs are grown only at
+5. **Leftovers**: the remaining GPUs go, one usable size step at a time, to the step with the best marginal
+   scaling efficiency (throughput gained per GPU over the job's throughput per GPU at its smallest size; ties:
+   trace order). Running jobs are grown only at
    rebalances (every ``rebalance_s``, default 600 s, a scheduling tick); in between, leftovers go to waiting jobs,
    so that a job is not checkpointed and restarted at every arrival.
 
@@ -90,6 +92,14 @@ class ElasticFlow(Policy):
             for js in jobs:
                 self.seen.add(js.spec.index)
             live = [j for j in jobs if j.spec.index not in view.rejected]
+            # best-effort jobs get their smallest usable size (trace order), before running jobs keep extra GPUs
+            for js in live:
+                i = js.spec.index
+                if i not in alloc and len(self.sizes[i].sizes):
+                    s = int(self.sizes[i].sizes[0])
+                    if used + s <= cap:
+                        alloc[i] = s
+                        used += s
             # running jobs keep their size where it still fits (a resize costs a checkpoint restart)
             for js in live:
                 i = js.spec.index

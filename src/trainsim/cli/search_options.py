@@ -1,4 +1,5 @@
-"""Build a :class:`~trainsim.search.space.SearchSpace` from the command-line job flags given as text.
+"""Build a :class:`~trainsim.search.space.SearchSpace` from the command-line job flags given as text (a CLI concern:
+the search package itself never imports the CLI).
 
 Search dimensions (``--num-gpus --tp --pp --vpp --cp --ep --etp --dp --mbs --schedule --recompute-granularity
 --zero-stage --rank-order``, and ``--sequence-parallel``/``--sp``) accept lists, ranges and ``all``; every other flag

@@ -1,0 +1,94 @@
+"""MoE layer work: token counts with imbalance and capacity, MLA FLOPs, local attention, MTP, FP8 recipes."""
+
+import dataclasses
+
+import pytest
+
+from trainsim.spec import load_model
+from trainsim.workload.flops import layer_forward_flops, model_forward_flops
+from trainsim.workload.layers import Shard, head_work, layer_work, moe_expert_tokens
+from trainsim.workload.memory import layer_activation_bytes
+
+
+def _ops(work, prefix):
+    return [op for op in (*work.fwd, *work.bwd) if op.name.startswith(prefix)]
+
+
+def test_expert_rows_fold_imbalance_capacity_and_etp():
+    m = load_model("mixtral-8x7b")
+    shard = Shard(micro_batch=1, seq=4096, tp=2, ep=8, etp=1, sequence_parallel=True)
+    copies, rows = moe_expert_tokens(m, shard)
+    assert copies == 4096 * 2 / 2 and rows == copies * 1  # etp 1: no expert-TP gather
+    hot = m.replace(moe_load_imbalance=1.5)
+    assert moe_expert_tokens(hot, shard)[1] == pytest.approx(1.5 * rows)
+    capped = hot.replace(moe_expert_capacity_factor=1.25)  # tokens above capacity are dropped
+    assert moe_expert_tokens(capped, shard)[1] == pytest.approx(1.25 * rows)
+    work = layer_work(hot, dataclasses.replace(shard, ep=8), True)
+    a2a = next(c for c in work.comm_fwd if c.name == "moe_dispatch")
+    assert a2a.nbytes == pytest.approx(1.5 * copies * m.hidden_size * 2)  # the busiest receiver sets the pace
+
+
+def test_expert_tp_adds_gather_and_narrows_the_gemms():
+    m = load_model("qwen3-30b-a3b")
+    base = Shard(micro_batch=1, seq=4096, tp=2, ep=8, sequence_parallel=True)  # etp = tp = 2
+    folded = dataclasses.replace(base, etp=1)
+    w2, w1 = layer_work(m, base, True), layer_work(m, folded, True)
+    assert any(c.group == "etp" for c in w2.comm_fwd) and not any(c.group == "etp" for c in w1.comm_fwd)
+    fc1_2 = next(op for op in w2.fwd if op.name == "expert_fc1")
+    fc1_1 = next(op for op in w1.fwd if op.name == "expert_fc1")
+    assert fc1_2.n * 2 == fc1_1.n and fc1_2.flops == pytest.approx(fc1_1.flops, rel=0.01)
+
+
+def test_mla_flops_per_token_match_the_active_parameters():
+    """DeepSeek-V3: 3 × forward FLOPs per token ≈ 6 × the activated matmul parameters plus attention scores."""
+    m = load_model("deepseek-v3")
+    seq = 4096
+    fwd = model_forward_flops(m, 1.0, seq) - model_forward_flops(m.replace(mtp_num_layers=0), 1.0, seq)
+    assert fwd > 0  # the MTP module costs one more layer and head
+    dense = m.replace(mtp_num_layers=0)
+    per_token = model_forward_flops(dense, 1.0, seq)
+    scores = 61 * 2 * seq * 128 * (192 + 128)  # QKᵀ over 192-wide heads, PV over 128-wide, full square
+    active_matmul = dense.num_active_params - dense.embedding_params
+    assert per_token - scores == pytest.approx(2 * active_matmul, rel=0.01)
+
+
+def test_mla_layer_has_latent_projections_and_recompute_option():
+    m = load_model("deepseek-v3")
+    shard = Shard(micro_batch=1, seq=4096, tp=2, ep=8, sequence_parallel=True)
+    work = layer_work(m, shard, True)
+    names = {op.name for op in work.fwd}
+    assert {"q_down", "q_norm", "q_up", "kv_down", "kv_norm", "kv_up"} <= names
+    up = dataclasses.replace(shard, recompute_modules=("mla_up_proj",))
+    assert {op.name for op in layer_work(m, up, True).recompute} == {"q_up", "kv_up"}
+    keep = layer_activation_bytes(m, 1, 4096, 2, 1, True, "none", "flash", 2.0, True, 2.0)
+    drop = layer_activation_bytes(m, 1, 4096, 2, 1, True, "none", "flash", 2.0, True, 2.0,
+                                  recompute_modules=("mla_up_proj",))
+    assert drop < keep  # Q, K and V of the 64 local heads are not stored
+
+
+def test_sliding_window_cuts_attention_work():
+    oss = load_model("gpt-oss-120b")
+    full = oss.replace(local_attention="none")
+    seq = 4096
+    assert oss.local_attention_layers == 18
+    # half the layers attend to 128 keys instead of ~2048 on average
+    assert oss.attention_span(seq) == pytest.approx(0.5 + 0.5 * (128 - 127 * 128 / 2 / seq) / ((seq + 1) / 2),
+                                                    rel=1e-6)
+    assert layer_forward_flops(oss, 1.0, seq) < layer_forward_flops(full, 1.0, seq)
+
+
+def test_mtp_runs_with_the_head():
+    m = load_model("deepseek-v3")
+    shard = Shard(micro_batch=1, seq=4096, ep=32)
+    head = head_work(m, shard)
+    assert "mtp" in head.tags and any(op.name == "mtp_eh_proj" for op in head.fwd)
+    assert len(_ops(head, "mtp_lm_head")) == 3  # forward, data and weight gradients
+
+
+@pytest.mark.parametrize(("recipe", "cast"), [("delayed", 4.0), ("tensorwise", 6.0), ("mxfp8", 2 + 2 * (1 + 1 / 32))])
+def test_fp8_recipe_cast_bytes(recipe, cast):
+    m = load_model("mixtral-8x7b")
+    shard = Shard(micro_batch=1, seq=4096, ep=8, precision="fp8", fp8_recipe=recipe)
+    casts = [op for op in layer_work(m, shard, True).fwd if op.name == "fp8_cast"]
+    first = casts[0]  # the QKV input: tokens × hidden
+    assert first.bytes == pytest.approx(4096 * m.hidden_size * cast)
