@@ -10,7 +10,7 @@ from trainsim.cluster.trace import validate_trace
 from trainsim.errors import TrainsimError
 
 
-def _bad(df: pd.DataFrame, *words: str) -> None:
+def check_rejected(df: pd.DataFrame, *words: str) -> None:
     with pytest.raises(TrainsimError) as exc:
         validate_trace(df)
     for w in words:
@@ -25,40 +25,40 @@ def test_valid_trace_is_sorted_and_typed(trace: pd.DataFrame) -> None:
 
 def test_duplicate_job_id(trace: pd.DataFrame) -> None:
     trace.loc[3, "job_id"] = "j1"
-    _bad(trace, "row 4", "job_id", "duplicates")
+    check_rejected(trace, "row 4", "job_id", "duplicates")
 
 
 def test_deadline_before_submit(trace: pd.DataFrame) -> None:
     trace.loc[2, "deadline_s"] = 10.0
-    _bad(trace, "row 3", "deadline_s", "not after")
+    check_rejected(trace, "row 3", "deadline_s", "not after")
 
 
 def test_unknown_model(trace: pd.DataFrame) -> None:
     trace.loc[5, "model"] = "gpt-17"
-    _bad(trace, "row 6", "model", "unknown preset")
+    check_rejected(trace, "row 6", "model", "unknown preset")
 
 
 def test_negative_work(trace: pd.DataFrame) -> None:
     trace.loc[1, "iterations"] = -5
-    _bad(trace, "row 2", "iterations", "positive")
+    check_rejected(trace, "row 2", "iterations", "positive")
 
 
 def test_not_a_number_and_unknown_column(trace: pd.DataFrame) -> None:
     t2 = trace.copy()
     t2["requested_gpus"] = t2["requested_gpus"].astype(object)
     t2.loc[0, "requested_gpus"] = "lots"
-    _bad(t2, "row 1", "requested_gpus", "not a number")
-    _bad(trace.assign(colour="red"), "colour", "not a trace column")
+    check_rejected(t2, "row 1", "requested_gpus", "not a number")
+    check_rejected(trace.assign(colour="red"), "colour", "not a trace column")
 
 
 def test_iterations_or_tokens(trace: pd.DataFrame) -> None:
-    _bad(trace.drop(columns=["iterations"]), "row 1", "iterations", "neither")
-    _bad(trace.assign(train_tokens=1e9), "train_tokens", "both")
+    check_rejected(trace.drop(columns=["iterations"]), "row 1", "iterations", "neither")
+    check_rejected(trace.assign(train_tokens=1e9), "train_tokens", "both")
 
 
 def test_min_max_and_plan(trace: pd.DataFrame) -> None:
-    _bad(trace.assign(min_gpus=64, max_gpus=8), "min_gpus", "exceeds")
-    _bad(trace.assign(plan="tp2"), "plan", "t<TP>p<PP>")
+    check_rejected(trace.assign(min_gpus=64, max_gpus=8), "min_gpus", "exceeds")
+    check_rejected(trace.assign(plan="tp2"), "plan", "t<TP>p<PP>")
 
 
 def test_cluster_spec_strict(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -84,7 +84,9 @@ def test_presets_use_the_current_names(name):
     from importlib import resources
 
     text = (resources.files("trainsim") / "presets" / "systems" / f"{name}.yaml").read_text()
-    SystemFile(**yaml.safe_load(text))  # strict: no deprecated or unknown key
+    data = yaml.safe_load(text)
+    assert set(data) <= set(SystemFile.model_fields), name  # no deprecated or unknown top-level key
+    SystemFile(**data)  # strict: no deprecated or unknown key below either
     with warnings.catch_warnings():
         warnings.simplefilter("error", TrainsimWarning)
         load_system(name)

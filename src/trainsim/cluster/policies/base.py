@@ -9,6 +9,7 @@ places the others (in the order of the returned mapping) and checks that no pool
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -119,7 +120,7 @@ class View:
         return self.throughput.iteration_time(job, pool, n)
 
 
-class Policy:
+class Policy(ABC):
     """A scheduling policy. Subclasses set ``name``, ``elastic`` and implement :meth:`schedule`."""
 
     name: str = ""
@@ -134,9 +135,9 @@ class Policy:
             raise TrainsimError("--policy", f"{self.name} takes no options {sorted(options)}",
                                 "see docs/cluster.md for each policy's options")
 
+    @abstractmethod
     def schedule(self, view: View) -> dict[int, Target]:
         """Target allocation of the jobs to run now."""
-        raise NotImplementedError
 
 
 POLICIES: dict[str, type[Policy]] = {}
