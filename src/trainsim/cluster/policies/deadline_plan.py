@@ -18,22 +18,18 @@ from __future__ import annotations
 
 import math
 
-from trainsim.cluster.policies.base import JobState, Policy, Target, View, register
-from trainsim.cluster.policies.elastic_common import Sizes, hand_out
+from trainsim.cluster.policies.base import JobState, Target, View, register
+from trainsim.cluster.policies.elastic_common import RebalancingPolicy, Sizes, hand_out
 
 
 @register
-class DeadlinePlan(Policy):
+class DeadlinePlan(RebalancingPolicy):
     """Plan-, pool- and cost-aware deadline scheduling."""
 
     name = "deadline-plan"
-    elastic = True
 
     def __init__(self, rebalance_s: float = 600.0) -> None:
-        super().__init__()
-        self.tick_s = rebalance_s
-        self.next_rebalance = 0.0
-        self.seen: set[int] = set()
+        super().__init__(rebalance_s)
         self.sizes: dict[tuple[int, str], Sizes] = {}
 
     def _sizes(self, view: View, js: JobState, pool) -> Sizes:  # type: ignore[no-untyped-def]
@@ -58,9 +54,7 @@ class DeadlinePlan(Policy):
 
     def schedule(self, view: View) -> dict[int, Target]:
         """Admission, cheapest satisfying configurations, leftovers."""
-        rebalance = view.now >= self.next_rebalance
-        if rebalance:
-            self.next_rebalance = view.now + (self.tick_s or 0.0)
+        rebalance = self.rebalance_due(view)
         free = dict(view.capacity)
         alloc: dict[int, tuple[str, int]] = {}
         deadline_jobs = sorted((j for j in view.jobs if j.spec.deadline_s is not None),

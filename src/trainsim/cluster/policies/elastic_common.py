@@ -9,8 +9,27 @@ import math
 
 import numpy as np
 
-from trainsim.cluster.policies.base import JobState, Target, View
+from trainsim.cluster.policies.base import JobState, Policy, Target, View
 from trainsim.cluster.spec import Pool
+
+
+class RebalancingPolicy(Policy):
+    """An elastic policy that admits jobs on arrival and re-plans every allocation once per ``rebalance_s``."""
+
+    elastic = True
+
+    def __init__(self, rebalance_s: float = 600.0) -> None:
+        super().__init__()
+        self.tick_s = rebalance_s
+        self.next_rebalance = 0.0
+        self.seen: set[int] = set()
+
+    def rebalance_due(self, view: View) -> bool:
+        """Whether this event is a rebalancing tick (and, if so, schedule the next one)."""
+        if view.now < self.next_rebalance:
+            return False
+        self.next_rebalance = view.now + (self.tick_s or 0.0)
+        return True
 
 
 class Sizes:

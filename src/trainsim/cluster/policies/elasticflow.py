@@ -25,22 +25,18 @@ curve, so the policy is plan-aware exactly when the throughput source is (``best
 
 from __future__ import annotations
 
-from trainsim.cluster.policies.base import Policy, Target, View, register
-from trainsim.cluster.policies.elastic_common import Sizes, hand_out, targets
+from trainsim.cluster.policies.base import Target, View, register
+from trainsim.cluster.policies.elastic_common import RebalancingPolicy, Sizes, hand_out, targets
 
 
 @register
-class ElasticFlow(Policy):
+class ElasticFlow(RebalancingPolicy):
     """Deadline-aware elastic scheduling with admission control."""
 
     name = "elasticflow"
-    elastic = True
 
     def __init__(self, rebalance_s: float = 600.0) -> None:
-        super().__init__()
-        self.tick_s = rebalance_s
-        self.next_rebalance = 0.0
-        self.seen: set[int] = set()
+        super().__init__(rebalance_s)
         self.sizes: dict[int, Sizes] = {}
 
     def _pool(self, view: View, js) -> object:  # type: ignore[no-untyped-def]
@@ -50,9 +46,7 @@ class ElasticFlow(Policy):
     def schedule(self, view: View) -> dict[int, Target]:
         """Admission, minimum shares, leftovers."""
         out: dict[int, Target] = {}
-        rebalance = view.now >= self.next_rebalance
-        if rebalance:
-            self.next_rebalance = view.now + (self.tick_s or 0.0)
+        rebalance = self.rebalance_due(view)
         by_pool: dict[str, list] = {}
         for js in view.jobs:
             pool = self._pool(view, js)
