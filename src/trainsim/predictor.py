@@ -11,7 +11,7 @@ from trainsim.cost.job_costs import CostModel, default_cost_model
 from trainsim.cost.moe import moe_breakdown
 from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
-from trainsim.metrics import SECONDS_PER_DAY, peak_flops, training_run, utilization
+from trainsim.metrics import SECONDS_PER_DAY, TrainingRun, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
 from trainsim.workload.memory import StageMemory, is_tight, memory_per_stage
@@ -30,15 +30,8 @@ class MemoryOut(BaseModel):
     tight: bool = False  # fits, within 10 % of capacity (trainsim.workload.memory.TIGHT_MARGIN)
 
 
-class TrainingOut(BaseModel):
-    """Whole-run time and cost for a token budget."""
-
-    tokens: float
-    iterations: float
-    days: float
-    gpu_hours: float
-    cost_usd: float
-    price_per_gpu_hour: float
+#: Whole-run time and cost for a token budget: the one record owned by :mod:`trainsim.metrics`.
+TrainingOut = TrainingRun
 
 
 class Prediction(BaseModel):
@@ -170,9 +163,7 @@ def training_cost(job: Job, iteration_time_s: float, tokens: float,
                   price_per_gpu_hour: float | None = None) -> TrainingOut:
     """Days, GPU-hours and dollars to train on ``tokens`` tokens."""
     price = job.system.price_per_gpu_hour if price_per_gpu_hour is None else price_per_gpu_hour
-    run = training_run(tokens, job.tokens_per_iteration, iteration_time_s, job.world_size, price)
-    return TrainingOut(tokens=run.tokens, iterations=run.iterations, days=run.days, gpu_hours=run.gpu_hours,
-                       cost_usd=run.cost_usd, price_per_gpu_hour=run.price_per_gpu_hour)
+    return training_run(tokens, job.tokens_per_iteration, iteration_time_s, job.world_size, price)
 
 
 def memory_report(job: Job) -> MemoryOut:
