@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
+from trainsim.parallel.axes import DEFAULT_RANK_ORDER, ORDER_AXES, normalize_rank_order
 from trainsim.schedule import SCHEDULE_NAMES
 from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
@@ -15,8 +16,8 @@ if TYPE_CHECKING:
     Schedule = str
 else:  # the registered schedule names (trainsim.schedule.SCHEDULES)
     Schedule = Literal[SCHEDULE_NAMES]
-DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
-DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
+#: The axes of a rank-order string, in Megatron's default order (owned by :mod:`trainsim.parallel.axes`).
+DIMENSIONS: tuple[str, ...] = tuple(a.value for a in ORDER_AXES)
 
 
 class Parallelism(Spec):
@@ -56,10 +57,7 @@ class Parallelism(Spec):
     @field_validator("rank_order")
     @classmethod
     def _check_order(cls, value: str) -> str:
-        parts = value.lower().split("-")
-        if sorted(parts) != sorted(DIMENSIONS):
-            raise ValueError(f"must be a permutation of {DEFAULT_RANK_ORDER} (got {value!r})")
-        return "-".join(parts)
+        return normalize_rank_order(value)
 
     @field_validator("pipeline_layout")
     @classmethod
