@@ -298,6 +298,11 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     schedule = job.pipeline
     inflight = schedule.in_flight(stage, pp, job.num_microbatches, par.vpp)
     activations = per_mb * inflight + full_layer
+    if par.summa:  # the gathered keys/values and panel buffers of the layer in flight
+        from trainsim.workload.layers import shard_of
+        from trainsim.workload.summa import workspace_bytes
+
+        activations += workspace_bytes(model, shard_of(job))
     head = job.head_stage
     if stage == head:  # logits and the loss chain (fz.logits_memory_bytes) until each micro-batch's backward
         vocab = model.padded_vocab_size(tp) / tp
