@@ -242,8 +242,8 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     v_h = model.padded_vocab_size(tp) * model.hidden_size / tp
     if stage == 0:
         params += v_h
-        if model.position_embedding_type == "learned_absolute":
-            params += model.seq_length * model.hidden_size
+        if model.position_embedding_type == "learned_absolute":  # replicated over 1D TP; a block of it per GPU on
+            params += model.seq_length * model.hidden_size / (tp if par.summa else 1)  # the grid ([s/R, h/C])
     head = job.head_stage
     if stage == head:
         params += norm
