@@ -8,7 +8,7 @@ import pytest
 
 from trainsim.cost.calibration import calibration_for
 from trainsim.cost.comm import group_placements, placements_of
-from trainsim.cost.job_costs import AnalyticCostModel, _time_work, default_cost_model, stage_costs
+from trainsim.cost.job_costs import AnalyticCostModel, _time_work, stage_costs
 from trainsim.errors import TrainsimError
 from trainsim.predictor import predict
 from trainsim.search import SearchSpace, search
