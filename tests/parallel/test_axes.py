@@ -13,17 +13,24 @@ from trainsim.parallel.axes import (
     folds,
     parse_rank_order,
 )
+from trainsim.parallel.layout import Layout
 from trainsim.workload.ops import CommOp
 
 
-def test_default_rank_order_is_megatrons_and_tp2_follows_tp():
+def test_default_rank_order_is_megatrons():
     assert DEFAULT_RANK_ORDER == "tp-cp-ep-dp-pp"
-    assert parse_rank_order("tp-cp-ep-dp-pp") == (Axis.TP, Axis.TP2, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
-    assert parse_rank_order("DP-tp-cp-ep-pp")[:3] == (Axis.DP, Axis.TP, Axis.TP2)
-    assert parse_rank_order("tp2-cp-tp-ep-dp-pp")[:3] == (Axis.TP2, Axis.CP, Axis.TP)  # placed explicitly
+    assert parse_rank_order("tp-cp-ep-dp-pp") == (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
+    assert parse_rank_order("DP-tp-cp-ep-pp")[:2] == (Axis.DP, Axis.TP)
 
 
-@pytest.mark.parametrize("bad", ["tp-cp-dp-pp", "tp-cp-ep-dp-pp-pp", "tp-cp-ep-dp-xx", "etp-cp-ep-dp-pp", ""])
+def test_the_grid_row_axis_sits_next_to_tp_by_tp_inner():
+    assert Layout(4, 1, 1, 2, 1, grid=(2, 2)).order[:2] == (Axis.TP, Axis.TP2)
+    assert Layout(4, 1, 1, 2, 1, "dp-tp-cp-ep-pp", grid=(2, 2), tp_inner="col").order[:3] == (Axis.DP, Axis.TP2,
+                                                                                               Axis.TP)
+
+
+@pytest.mark.parametrize("bad", ["tp-cp-dp-pp", "tp-cp-ep-dp-pp-pp", "tp-cp-ep-dp-xx", "etp-cp-ep-dp-pp",
+                                 "tp2-tp-cp-ep-dp-pp", ""])
 def test_rank_order_must_be_a_permutation(bad):
     with pytest.raises(ValueError, match="permutation"):
         parse_rank_order(bad)
@@ -50,8 +57,7 @@ def test_degree_checks_name_the_field():
         check_degrees(8, 1, 16, 4, 1, 8, 1024, 4)
     with pytest.raises(TrainsimError, match="not divisible by tp·pp·cp = 8·16·1 = 128"):
         check_degrees(8, 1, 16, None, 1, 8, 1000, 7)
-    with pytest.raises(TrainsimError, match="parallelism.ep: ep·etp = 8·2 does not divide"):
+    with pytest.raises(TrainsimError, match=r"parallelism\.ep: ep·etp = 8·2 does not divide"):
         check_degrees(2, 1, 1, None, 8, 2, 8, 4)
     assert folds(2, 1, 4, 8, 1) and not folds(2, 1, 4, 8, 2)
     assert expert_dp(8, 2, 4, 8, 1) == 8
-    assert expert_dp(2, 1, 2, 4, 1, tp2=2) == 2  # the second TP axis folds into expert data parallelism

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from trainsim.errors import TrainsimError
-from trainsim.parallel.axes import DENSE_GROUP_AXES, EXPERT_GROUP_AXES, Axis, Group
+from trainsim.parallel.axes import DENSE_GROUP_AXES, EXPERT_GROUP_AXES, GRID_GROUPS, Axis, Group
 from trainsim.parallel.layout import Layout, Placement, placement_of
 
 
@@ -37,6 +37,8 @@ def test_dense_and_expert_groups_match_a_grid_count(order, d, gpn):
     dense = {"tp": d["tp"], "tp2": 1, "cp": d["cp"], "ep": 1, "dp": d["dp"], "pp": d["pp"]}
     names = [a.value for a in lay.order]
     for g, axes in DENSE_GROUP_AXES.items():
+        if g in GRID_GROUPS:
+            continue
         assert lay.group_members(g) == reference_group(names, dense, tuple(a.value for a in axes)), g
     etp = d.get("etp") or d["tp"]
     expert = {"tp": etp, "tp2": 1, "cp": 1, "ep": d["ep"], "dp": d["tp"] * d["cp"] * d["dp"] // (d["ep"] * etp),
@@ -49,6 +51,9 @@ def test_dense_and_expert_groups_match_a_grid_count(order, d, gpn):
     else:
         assert lay.group(Group.ETP) == lay.group(Group.TP) and lay.group(Group.EDP) == lay.group(Group.DP_CP)
     for g in Group:
+        if g in GRID_GROUPS:
+            assert g not in lay.placements
+            continue
         assert lay.group(g) == placement_of(lay.group_members(g), gpn)
     assert lay.group(Group.WORLD) == Placement(lay.world_size, min(lay.world_size, gpn), lay.num_nodes)
     assert lay.group_members(Group.EMBEDDING) == sorted({0, (d["pp"] - 1) * lay.strides[Axis.PP]})
@@ -67,16 +72,22 @@ def test_megatron_order_keeps_tensor_parallel_in_a_node_and_node_size_matters():
 
 
 def test_second_tensor_axis_for_2d_tensor_parallelism():
-    lay = Layout(tp=2, cp=1, ep=1, dp=2, pp=1, gpus_per_node=4, tp2=2)
-    assert lay.world_size == 8 and lay.tensor_parallel == 4
+    # a 2 × 2 grid: row groups on adjacent ranks (TP rank i·C + j holds cell (i, j))
+    lay = Layout(tp=4, cp=1, ep=1, dp=2, pp=1, gpus_per_node=4, grid=(2, 2))
+    assert lay.world_size == 8 and lay.degrees[Axis.TP] == 2 and lay.degrees[Axis.TP2] == 2
     assert lay.group_members(Group.TP) == [0, 1, 2, 3]  # both axes: the whole tensor-parallel group
-    assert lay.group_members(Group.TP1) == [0, 1]
-    assert lay.group_members(Group.TP2) == [0, 2]
+    assert lay.group_members(Group.TP_ROW) == [0, 1]
+    assert lay.group_members(Group.TP_COL) == [0, 2]
     assert lay.group_members(Group.DP) == [0, 4]
     assert lay.unit_ranks(1, 0).tolist() == [4, 5, 6, 7]
-    assert lay.expert_tp == 4  # etp defaults to the whole tensor-parallel size
-    explicit = Layout(tp=2, cp=1, ep=1, dp=2, pp=1, rank_order="tp-cp-ep-dp-pp-tp2", gpus_per_node=4, tp2=2)
-    assert explicit.group_members(Group.TP2) == [0, 4] and explicit.group(Group.TP2).crosses_nodes
+    cols_inner = Layout(tp=8, cp=1, ep=1, dp=2, pp=1, gpus_per_node=4, grid=(2, 4), tp_inner="col")
+    assert cols_inner.group_members(Group.TP_COL) == [0, 1]  # j·R + i: a column's GPUs adjacent
+    assert cols_inner.group_members(Group.TP_ROW) == [0, 2, 4, 6] and cols_inner.group(Group.TP_ROW).crosses_nodes
+    assert cols_inner.group_members(Group.TP) == list(range(8))
+    with pytest.raises(TrainsimError, match="needs a 2D tensor-parallel grid"):
+        Layout(tp=4, cp=1, ep=1, dp=2, pp=1).group_members(Group.TP_ROW)
+    with pytest.raises(TrainsimError, match="does not exist in this layout"):
+        Layout(tp=4, cp=1, ep=1, dp=2, pp=1).placements[Group.TP_COL]
 
 
 def test_placements_reject_unknown_groups_and_layouts_are_shared():

@@ -35,10 +35,12 @@ Algorithm = Literal["auto", "ring", "tree", "nvls"]
 
 
 def group_placements(rank_order: str = DEFAULT_RANK_ORDER, tp: int = 1, cp: int = 1, ep: int = 1, dp: int = 1,
-                     pp: int = 1, gpus_per_node: int = 8, etp: int | None = None) -> Placements:
+                     pp: int = 1, gpus_per_node: int = 8, etp: int | None = None, grid: tuple[int, int] | None = None,
+                     tp_inner: str = "row") -> Placements:
     """Placement of every communication group that contains global rank 0 (:class:`~trainsim.parallel.layout.Layout`
-    owns the strides and groups; this is its placement table for scalar degrees)."""
-    return Layout.create(tp, cp, ep, dp, pp, rank_order, gpus_per_node, etp).placements
+    owns the strides and groups; this is its placement table for scalar sizes). With a 2D tensor-parallel ``grid``
+    (rows, columns) it includes the ``tp_row`` and ``tp_col`` groups."""
+    return Layout.create(tp, cp, ep, dp, pp, rank_order, gpus_per_node, etp, grid, tp_inner).placements
 
 
 def link(place: Placement, system: System, calib: Calibration, job_nodes: int,

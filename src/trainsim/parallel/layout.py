@@ -1,9 +1,11 @@
 """Where every GPU of a job sits: degrees, rank order, strides, groups and their placement over nodes.
 
-Global ranks follow the job's ``rank_order`` (fastest-varying axis first, Megatron's ``tp-cp-ep-dp-pp`` by default;
-``tp2`` right after ``tp`` unless placed explicitly), packed ``gpus_per_node`` to a node (an NVLink/NVSwitch
-domain). :class:`Layout` owns the strides of both grids of :mod:`trainsim.parallel.axes` (dense and expert) and
-everything derived from them:
+Global ranks follow the job's ``rank_order`` (fastest-varying axis first, Megatron's ``tp-cp-ep-dp-pp`` by default),
+packed ``gpus_per_node`` to a node (an NVLink/NVSwitch domain). A 2D tensor-parallel ``grid`` of ``R`` rows and
+``C = tp/R`` columns splits the ``tp`` slot into two axes: ``tp`` (the position inside a grid row, degree ``C``) and
+``tp2`` (the row, degree ``R``); ``tp_inner="row"`` puts a row's GPUs on adjacent ranks (TP rank ``i·C + j`` holds
+cell ``(i, j)``), ``"col"`` a column's (``j·R + i``). :class:`Layout` owns the strides of both grids of
+:mod:`trainsim.parallel.axes` (dense and expert) and everything derived from them:
 
 * :meth:`Layout.placement` / :attr:`Layout.placements`: for each communication group the one that contains rank 0,
   as a :class:`Placement` (members, members per node, nodes spanned) — the input of the α-β collective costs;
@@ -21,12 +23,14 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
+from trainsim.errors import TrainsimError
 from trainsim.parallel.axes import (
     DEFAULT_RANK_ORDER,
     DENSE_GROUP_AXES,
     EXPERT_FALLBACK,
     EXPERT_GROUP_AXES,
     EXPERT_POSITION,
+    GRID_GROUPS,
     Axis,
     Group,
     expert_dp,
@@ -85,10 +89,19 @@ class Placements(Mapping[Group, Placement]):
         self._places = places
 
     def __getitem__(self, group: Group | str) -> Placement:
-        try:
-            return self._places[group]  # type: ignore[index]
-        except KeyError:
-            return self._places[Group.parse(group)]
+        place = self._places.get(group)  # type: ignore[call-overload]
+        if place is not None:
+            return place
+        g = Group.parse(group)  # raises for an unknown name
+        raise TrainsimError("group", f"the {g} group does not exist in this layout",
+                            "the rows and columns of the tensor-parallel grid need --tensor-parallel-mode summa")
+
+    def __contains__(self, group: object) -> bool:
+        return group in self._places
+
+    def get(self, group: Group | str, default: Any = None) -> Any:  # type: ignore[override]
+        """The placement of ``group``, or ``default`` when the layout has no such group."""
+        return self._places.get(group, default)  # type: ignore[call-overload]
 
     def __iter__(self) -> Iterator[Group]:
         return iter(self._places)
@@ -102,10 +115,10 @@ class Placements(Mapping[Group, Placement]):
 
 @dataclass(frozen=True)
 class Layout:
-    """Rank layout of a job: the degree of every axis, the rank order and the node size.
+    """Rank layout of a job: the parallel sizes, the rank order and the node size.
 
-    ``tp`` and ``tp2`` are the degrees of the two tensor-parallel axes (the tensor-parallel group has ``tp·tp2``
-    GPUs; ``tp2 = 1`` for 1D tensor parallelism); ``etp`` is the expert tensor-parallel size (``None``: ``tp·tp2``).
+    ``tp`` is the size of the whole tensor-parallel group; ``grid`` (rows, columns) makes it a 2D SUMMA grid with
+    ``tp_inner`` (``row`` or ``col``) on adjacent ranks; ``etp`` is the expert tensor-parallel size (``None``: tp).
     """
 
     tp: int
@@ -116,49 +129,50 @@ class Layout:
     rank_order: str = DEFAULT_RANK_ORDER
     gpus_per_node: int = 8
     etp: int | None = None
-    tp2: int = 1
+    grid: tuple[int, int] | None = None
+    tp_inner: str = "row"
 
     @classmethod
     def of(cls, job: Job) -> Layout:
-        """The layout of ``job`` (cached per distinct layout). 1D tensor parallelism: ``tp2 = 1``; a 2D grid splits
-        the spec's tensor-parallel size into ``tp·tp2`` here."""
+        """The layout of ``job`` (cached per distinct layout)."""
         par = job.parallelism
+        grid = par.grid if par.summa else None
         return cls.create(par.tp, par.cp, par.ep, job.dp, par.pp, par.rank_order, job.system.gpus_per_node,
-                          par.expert_tp)
+                          par.expert_tp, grid, par.tp_inner)
 
     @staticmethod
     @lru_cache(maxsize=8192)
     def create(tp: int, cp: int, ep: int, dp: int, pp: int, rank_order: str = DEFAULT_RANK_ORDER,
-               gpus_per_node: int = 8, etp: int | None = None, tp2: int = 1) -> Layout:
+               gpus_per_node: int = 8, etp: int | None = None, grid: tuple[int, int] | None = None,
+               tp_inner: str = "row") -> Layout:
         """A shared (cached) layout: its strides and placements are computed once."""
-        return Layout(tp, cp, ep, dp, pp, rank_order, gpus_per_node, etp, tp2)
+        return Layout(tp, cp, ep, dp, pp, rank_order, gpus_per_node, etp, grid, tp_inner)
 
     # ---- degrees, order, strides ----------------------------------------------------------------------------------
     @cached_property
     def order(self) -> tuple[Axis, ...]:
-        """The axes of the rank order, fastest-varying first (``tp2`` included)."""
-        return parse_rank_order(self.rank_order)
-
-    @property
-    def tensor_parallel(self) -> int:
-        """GPUs of the whole tensor-parallel group: ``tp·tp2``."""
-        return self.tp * self.tp2
+        """The dense grid's axes in rank order, fastest-varying first (``tp2`` next to ``tp`` by ``tp_inner``)."""
+        axes = list(parse_rank_order(self.rank_order))
+        at = axes.index(Axis.TP)
+        axes.insert(at if self.tp_inner == "col" else at + 1, Axis.TP2)
+        return tuple(axes)
 
     @property
     def expert_tp(self) -> int:
         """Expert tensor-parallel size (``etp``, default the tensor-parallel size)."""
-        return self.tensor_parallel if self.etp is None else self.etp
+        return self.tp if self.etp is None else self.etp
 
     @property
     def expert_dp(self) -> int:
-        """Expert-data-parallel size: ``tp·tp2·cp·dp / (ep·etp)``."""
-        return expert_dp(self.tp, self.cp, self.dp, self.ep, self.expert_tp, self.tp2)
+        """Expert-data-parallel size: ``tp·cp·dp / (ep·etp)``."""
+        return expert_dp(self.tp, self.cp, self.dp, self.ep, self.expert_tp)
 
     @cached_property
     def degrees(self) -> dict[Axis, int]:
-        """Degree of every axis of the dense grid (``ep`` is 1 there: experts fold into data parallelism)."""
-        return {Axis.TP: self.tp, Axis.TP2: self.tp2, Axis.CP: self.cp, Axis.EP: 1, Axis.DP: self.dp,
-                Axis.PP: self.pp}
+        """Degree of every axis of the dense grid (``ep`` is 1 there: experts fold into data parallelism; a 2D grid
+        splits ``tp`` into columns ``tp`` and rows ``tp2``)."""
+        rows, cols = self.grid if self.grid is not None else (1, self.tp)
+        return {Axis.TP: cols, Axis.TP2: rows, Axis.CP: self.cp, Axis.EP: 1, Axis.DP: self.dp, Axis.PP: self.pp}
 
     @cached_property
     def expert_degrees(self) -> dict[Axis, int]:
@@ -168,7 +182,7 @@ class Layout:
     @property
     def world_size(self) -> int:
         """Number of GPUs."""
-        return self.tp * self.tp2 * self.cp * self.dp * self.pp
+        return self.tp * self.cp * self.dp * self.pp
 
     @property
     def num_nodes(self) -> int:
@@ -182,7 +196,7 @@ class Layout:
 
     @cached_property
     def expert_order(self) -> tuple[Axis, ...]:
-        """The expert grid's axes in rank order (``tp`` read as ``etp``, ``dp`` as ``edp``; ``cp``, ``tp2`` folded)."""
+        """The expert grid's axes in rank order (``tp`` read as ``etp``, ``dp`` as ``edp``; ``cp`` folded)."""
         return tuple(EXPERT_POSITION[a] for a in self.order if a in EXPERT_POSITION)
 
     @cached_property
@@ -194,7 +208,7 @@ class Layout:
     def separate_expert_groups(self) -> bool:
         """Whether the expert groups differ from the dense ones (``ep > 1`` or ``etp ≠ tp``); when they do not,
         ``etp`` is the tensor-parallel group and ``edp`` the ``dp_cp`` group."""
-        return self.ep > 1 or self.expert_tp != self.tensor_parallel
+        return self.ep > 1 or self.expert_tp != self.tp
 
     # ---- groups -----------------------------------------------------------------------------------------------------
     def members(self, axes: Iterable[Axis], expert: bool = False) -> list[int]:
@@ -212,6 +226,9 @@ class Layout:
     def group_members(self, group: Group | str) -> list[int]:
         """Global ranks of ``group`` (the one that contains rank 0)."""
         g = Group.parse(group)
+        if g in GRID_GROUPS and self.grid is None:
+            raise TrainsimError("group", f"the {g} group needs a 2D tensor-parallel grid",
+                                "use --tensor-parallel-mode summa")
         if g in DENSE_GROUP_AXES:
             return self.members(DENSE_GROUP_AXES[g])
         if g in EXPERT_GROUP_AXES:
@@ -228,9 +245,11 @@ class Layout:
 
     @cached_property
     def placements(self) -> Placements:
-        """Placement of every group (the groups that contain rank 0)."""
+        """Placement of every group (the groups that contain rank 0; the grid rows and columns only with a grid)."""
         out: dict[Group, Placement] = {}
         for g in Group:
+            if g in GRID_GROUPS and self.grid is None:
+                continue
             if g is Group.WORLD:
                 n = self.world_size
                 out[g] = Placement(n, min(n, self.gpus_per_node), self.num_nodes)
@@ -240,7 +259,8 @@ class Layout:
 
     # ---- ranks and units (vectorised, for the event engine) ----------------------------------------------
     def rank(self, tp: Any = 0, cp: Any = 0, dp: Any = 0, pp: Any = 0, tp2: Any = 0) -> Any:
-        """Global rank of the given dense-grid coordinates (ints or numpy arrays)."""
+        """Global rank of the given dense-grid coordinates (ints or numpy arrays; ``tp``/``tp2``: the column and row
+        of a 2D grid)."""
         st = self.strides
         return tp * st[Axis.TP] + tp2 * st[Axis.TP2] + cp * st[Axis.CP] + dp * st[Axis.DP] + pp * st[Axis.PP]
 

@@ -10,14 +10,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from trainsim.parallel.axes import Group
+from trainsim.parallel.axes import EXPERT_STREAM_GROUPS, Group
 
 __all__ = ["DTYPE_BYTES", "Collective", "CommOp", "ComputeOp", "Group", "OpKind", "Phase", "Role", "attention",
-           "elementwise", "exposed_time", "gemm", "gemm_with_grads", "overlap_target"]
+           "comm_stream", "elementwise", "exposed_time", "gemm", "gemm_with_grads", "overlap_target"]
 
 OpKind = Literal["gemm", "attention", "elementwise"]
 Phase = Literal["fwd", "bwd"]
-Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "reduce"]
+
+
+def comm_stream(group: Group) -> str:
+    """The stream a collective of ``group`` queues on inside a layer: ``"ep"`` (token dispatch/combine, expert-TP
+    gather/scatter) or ``"comm"`` (every other in-layer collective)."""
+    return "ep" if group in EXPERT_STREAM_GROUPS else "comm"
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
