@@ -14,7 +14,7 @@ from trainsim.estimate import estimate
 from trainsim.metrics import SECONDS_PER_DAY, TrainingRun, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
-from trainsim.workload.memory import StageMemory, is_tight, memory_per_stage
+from trainsim.workload.memory import StageMemory, device_peak, memory_per_stage
 
 __all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
            "training_cost"]
@@ -169,10 +169,9 @@ def training_cost(job: Job, iteration_time_s: float, tokens: float,
 def memory_report(job: Job) -> MemoryOut:
     """Per-stage memory, peak and fit."""
     per_stage = memory_per_stage(job)
-    peak = max(s.total_bytes for s in per_stage)
     capacity = job.system.gpu.hbm_capacity
-    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity,
-                     tight=is_tight(peak, capacity))
+    peak, fits, tight = device_peak(per_stage, capacity)
+    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=fits, tight=tight)
 
 
 def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost_model: CostModel | None = None,
