@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.cli_helpers import check_one_line_error, run
 
+from cli_helpers import check_one_line_error, run
 from trainsim.errors import TrainsimError
 from trainsim.predictor import predict
 from trainsim.spec import Job, Training, load_model, load_system
