@@ -206,7 +206,7 @@ def parse_values(value: Any, dim: str) -> DimValues:
 
 
 # ---- the space -------------------------------------------------------------------------------------------------------
-class SearchSpace(Spec):
+class SearchSpace(Spec, frozen=True):
     """A design space: a model, a system, a training template and the values of every search dimension.
 
     ``model``/``system`` accept preset names. Each dimension accepts ``None`` (not given: see ``others``), ``"all"``

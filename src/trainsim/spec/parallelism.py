@@ -19,7 +19,7 @@ DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 
 
-class Parallelism(Spec):
+class Parallelism(Spec, frozen=True):
     """How a job is split over GPUs.
 
     ``dp`` may be left ``None`` and is then derived from the GPU count. ``rank_order`` lists the dimensions from the
