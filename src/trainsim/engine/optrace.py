@@ -53,7 +53,7 @@ def trace_meta(tl: Timeline, trial_name: str) -> tr.TraceMeta:
     par = tl.job.parallelism
     groups: tuple[int, ...] = ()
     if par.ep > 1:
-        from trainsim.graph.topology import Layout
+        from trainsim.parallel.layout import Layout
 
         groups = tuple(int(x) for x in Layout.of(tl.job).ep_coupling())
     return tr.TraceMeta(trial_name=trial_name, dp_size=tl.job.dp, pp_size=par.pp, tp_size=par.tp,
