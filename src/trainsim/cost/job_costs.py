@@ -366,7 +366,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
     par, tr = job.parallelism, job.training
     shard: Shard = shard_of(job)
     places = placements_of(job)
-    overlap = tr.tp_comm_overlap
+    overlap = bool(tr.tp_comm_overlap)  # resolved by the Job (None only on an unresolved Training)
     blocks: dict[tuple[bool, str], BlockCost] = {}
 
     def block(kind: tuple[bool, str]) -> BlockCost:
@@ -417,7 +417,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", Group.EMBEDDING, "bwd",
                                                v_h * grad_bytes_pp, Overlap.DP_WINDOW), places[Group.EMBEDDING])
-        local = dense / shards + expert / job.expert_dp if tr.zero_stage >= 1 else params
+        local = dense / shards + expert / job.expert_dp if sh.zero_stage >= 1 else params
         opt = model.optimizer_step(local)
         zero3 = 0.0
         comm = zero3_layer_comm(job, model, dp_place, params, layers)

@@ -322,7 +322,7 @@ class BlockLibrary:
         self.model = model
         self.places = places
         self.shard = shard
-        self.tp_comm_overlap = job.training.tp_comm_overlap
+        self.tp_comm_overlap = bool(job.training.tp_comm_overlap)  # resolved by the Job
         self._blocks: dict[tuple[object, ...], BlockTime] = {}
         self._chunks: dict[tuple[object, ...], ChunkTemplate] = {}
 

@@ -30,6 +30,7 @@ grad-norm, optimizer.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, ClassVar
@@ -167,7 +168,8 @@ class _Builder:
     def one(self, **values: object) -> int:
         return int(self.add(1, **values)[0])
 
-    def edge(self, src: np.ndarray | int, dst: np.ndarray | int, frac: np.ndarray | float = 1.0) -> None:
+    def edge(self, src: np.ndarray | Sequence[int] | int, dst: np.ndarray | int,
+             frac: np.ndarray | float = 1.0) -> None:
         s = np.atleast_1d(np.asarray(src, dtype=np.int64))
         d = np.atleast_1d(np.asarray(dst, dtype=np.int64))
         s, d = np.broadcast_arrays(s, d)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from trainsim.schedule import PipelineSchedule
 
 
-class Job(Spec):
+class Job(Spec, frozen=True):
     """Everything needed to predict one training job.
 
     Either ``num_gpus`` or ``parallelism.dp`` (or both, then they must agree) fixes the data-parallel size.

@@ -26,7 +26,7 @@ TENSOR_PARALLEL_MODES = ("1d", "summa")
 TensorParallelMode = Literal["1d", "summa"]
 
 
-class Parallelism(Spec):
+class Parallelism(Spec, frozen=True):
     """How a job is split over GPUs.
 
     ``dp`` may be left ``None`` and is then derived from the GPU count. ``rank_order`` lists the dimensions from the
