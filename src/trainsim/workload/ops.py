@@ -170,7 +170,8 @@ def gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, batch: int
                      grad_of=grad_of, layout=layout)
 
 
-def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, batch: int = 1) -> tuple[ComputeOp, ...]:
+def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str,
+                    batch: int = 1) -> tuple[ComputeOp, ComputeOp, ComputeOp]:
     """Forward ``Y[m,n] = X[m,k]·W[k,n]`` and its two backward GEMMs (data and weight gradients)."""
     return (
         gemm(name, "fwd", m, n, k, dtype, batch),
