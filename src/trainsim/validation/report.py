@@ -356,8 +356,9 @@ def render_markdown(report: ValidationReport) -> str:
         "## Memory: every measured run must fit",
         "",
         f"Every run ran, so it fitted in its GPU; the memory model says **{fits} of {len(report.rows)} fit**"
-        + (f" ({len(tight)} of them *fits, tight*: {', '.join(tight)})" if tight else "")
-        + ". A plan fits when what must be resident fits (states, context, NCCL buffers and the activation or",
+        + (f" ({len(tight)} of them *fits, tight*: {', '.join(tight)})" if tight else "") + ".",
+        "",
+        "A plan fits when what must be resident fits (states, context, NCCL buffers and the activation or",
         "optimizer-step peak); the caching allocator's reserve only makes it tight, since PyTorch releases cached",
         "blocks before it reports out of memory (`trainsim.workload.memory.device_peak`). The fp32 copy of",
         "16-bit gradients exists only during the optimizer step (`main_grad_copy_bytes`). Rows predicted not to",
@@ -390,7 +391,7 @@ def render_markdown(report: ValidationReport) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report.rows:
-        mem = f"{r.peak_memory_gb:.0f} GB" + ("" if r.fits else " (does not fit)")
+        mem = f"{r.peak_memory_gb:.0f} GB" + (" (fits, tight)" if r.tight else "" if r.fits else " (does not fit)")
         lines.append(f"| {r.id} | `{r.framework}` | {r.measured_s:.3f} | {r.predicted_s:.3f} | {_pct(r.error)} | "
                      f"{_pct(r.held_out_error)} | {r.mfu * 100:.1f}% | {mem} |")
     worst = sorted(report.rows, key=lambda r: -abs(r.error))[:5]
