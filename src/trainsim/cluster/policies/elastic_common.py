@@ -33,16 +33,24 @@ class RebalancingPolicy(Policy):
 
 
 class Sizes:
-    """The usable GPU counts of a job on a pool (faster than every smaller one, within its min/max), with times."""
+    """The usable GPU counts of a job on a pool (faster than every smaller one, within its min/max), with times.
+
+    ``pow2``: only powers of two (ElasticFlow's buddy allocation); the usable rule is applied among those.
+    """
 
     __slots__ = ("_neg_times", "_size_list", "_time_list", "sizes", "times")
 
-    def __init__(self, view: View, js: JobState, pool: Pool) -> None:
+    def __init__(self, view: View, js: JobState, pool: Pool, pow2: bool = False) -> None:
         c = view.curve(js.spec, pool)
         lo, hi = js.spec.min_gpus or 1, js.spec.max_gpus or pool.num_gpus
-        mask = c.usable & (c.sizes >= lo) & (c.sizes <= hi) & np.isfinite(c.times)
-        self.sizes = c.sizes[mask]
-        self.times = c.times[mask]
+        sizes, times = c.sizes, c.times
+        if pow2:
+            keep = (sizes & (sizes - 1)) == 0
+            sizes, times = sizes[keep], times[keep]
+        prior = np.minimum.accumulate(np.concatenate(([np.inf], times)))[:-1]
+        mask = (times < prior) & (sizes >= lo) & (sizes <= hi) & np.isfinite(times)
+        self.sizes = sizes[mask]
+        self.times = times[mask]
         self._size_list = [int(x) for x in self.sizes]
         self._time_list = [float(x) for x in self.times]
         self._neg_times = [-x for x in self._time_list]  # ascending: usable times strictly decrease with size

@@ -1,7 +1,8 @@
 """``elasticflow``: ElasticFlow (Gu et al., ASPLOS'23): admission control, minimum satisfactory shares, elastic
 scale-out of the leftovers.
 
-Rules, at every event:
+Rules, at every event (GPU counts are powers of two, as in ElasticFlow's buddy allocation and its throughput
+profiles on 1, 2, 4, … GPUs; ``pow2=False`` opens every size on the throughput curve):
 
 1. **Admission** (once, when a job is first seen): a job with a deadline is admitted if its minimum satisfactory
    share (the smallest usable GPU count that finishes its work by the deadline at the throughput the policy's source
@@ -35,8 +36,9 @@ class ElasticFlow(RebalancingPolicy):
 
     name = "elasticflow"
 
-    def __init__(self, rebalance_s: float = 600.0) -> None:
+    def __init__(self, rebalance_s: float = 600.0, pow2: bool = True) -> None:
         super().__init__(rebalance_s)
+        self.pow2 = pow2
         self.sizes: dict[int, Sizes] = {}
 
     def _pool(self, view: View, js) -> object:  # type: ignore[no-untyped-def]
@@ -52,7 +54,7 @@ class ElasticFlow(RebalancingPolicy):
             pool = self._pool(view, js)
             by_pool.setdefault(pool.name, []).append(js)  # type: ignore[attr-defined]
             if js.spec.index not in self.sizes:
-                self.sizes[js.spec.index] = Sizes(view, js, pool)  # type: ignore[arg-type]
+                self.sizes[js.spec.index] = Sizes(view, js, pool, self.pow2)  # type: ignore[arg-type]
         for pool_name, jobs in by_pool.items():
             cap = view.capacity[pool_name]
             alloc: dict[int, int] = {}
