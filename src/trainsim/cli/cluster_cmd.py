@@ -289,7 +289,8 @@ def casestudy_vtrain2(
     policy: str = typer.Option("elasticflow", "--policy", help="policy run with both throughput sources"),
     spaces: str = typer.Option("tdp", "--search-spaces", help="tdp, full or tdp,full"),
     framework: str = typer.Option("megatron-lm-2021", "--framework", help="the jobs' software stack (vTrain's)"),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="stretch ITP durations and arrival gaps alike"),
+    time_scale: float = typer.Option(10.0, "--time-scale",
+                                     help="stretch ITP durations and arrival gaps alike (LLM job lengths)"),
     out: Path | None = typer.Option(None, "--out", "-o", help="directory for every run's outputs"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:

@@ -126,3 +126,73 @@ def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dic
 def targets(alloc: dict[int, int], pool: str, order: list[int]) -> dict[int, Target]:
     """Targets in ``order`` (running jobs first keeps their nodes stable)."""
     return {i: Target(pool, alloc[i]) for i in order if alloc.get(i, 0) > 0}
+
+
+class Timeline:
+    """Free GPUs of one pool over future time (a step function from ``now``), for ElasticFlow's admission control.
+
+    Built from reservations ``(end_s, gpus)`` that all start now (the admitted deadline jobs at their current minimum
+    satisfactory shares); :meth:`plan` fits a new job into it and :meth:`reserve` books the plan.
+    """
+
+    __slots__ = ("free", "now", "t")
+
+    def __init__(self, now: float, capacity: int, reservations: list[tuple[float, int]]) -> None:
+        live = sorted((e, g) for e, g in reservations if e > now and g > 0)
+        held = sum(g for _, g in live)
+        self.now = now
+        self.t = [now]
+        self.free = [capacity - held]
+        for end, g in live:
+            held -= g
+            if end == self.t[-1]:
+                self.free[-1] = capacity - held
+            else:
+                self.t.append(end)
+                self.free.append(capacity - held)
+
+    def _split(self, x: float) -> int:
+        """Index of the step starting at ``x`` (inserted if needed; ``x`` ≥ now)."""
+        i = bisect.bisect_right(self.t, x) - 1
+        if self.t[i] == x:
+            return i
+        self.t.insert(i + 1, x)
+        self.free.insert(i + 1, self.free[i])
+        return i + 1
+
+    def reserve(self, segments: list[tuple[float, float, int]]) -> None:
+        """Book ``(start, end, gpus)`` segments."""
+        for a, b, n in segments:
+            i, j = self._split(a), self._split(b)
+            for k in range(i, j):
+                self.free[k] -= n
+
+    def plan(self, sizes: Sizes, remaining: float, deadline: float) -> list[tuple[float, float, int]] | None:
+        """ElasticFlow's admission plan (its ``ef_sim_allocation``): the smallest quota ``q`` (a usable size) such that
+        running at the largest usable size ≤ min(q, free GPUs) in every step, filled backwards from the deadline,
+        finishes ``remaining`` iterations by ``deadline``; ``None`` when no quota does. Returns the booked segments.
+        """
+        size_list = sizes._size_list
+        if not size_list or deadline <= self.now:
+            return None
+        if remaining <= 0:
+            return []
+        last = bisect.bisect_left(self.t, deadline) - 1  # step containing the instant just before the deadline
+        for q in size_list:
+            done = 0.0
+            segs: list[tuple[float, float, int]] = []
+            for k in range(last, -1, -1):
+                a = self.t[k]
+                b = min(self.t[k + 1] if k + 1 < len(self.t) else math.inf, deadline)
+                cap = min(q, self.free[k])
+                j = bisect.bisect_right(size_list, cap) - 1
+                if j < 0 or b <= a:
+                    continue
+                n, t_iter = size_list[j], sizes._time_list[j]
+                gain = (b - a) / t_iter
+                if done + gain >= remaining:
+                    segs.append((b - (remaining - done) * t_iter, b, n))
+                    return segs[::-1]
+                done += gain
+                segs.append((a, b, n))
+        return None
