@@ -84,42 +84,39 @@ class Sizes:
 
 def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dict[int, Sizes],
              jobs: list[JobState]) -> int:
-    """Give ``free`` GPUs to ``jobs`` step by step (to each job's next usable size), best marginal gain first.
-
-    Gain of a step = its marginal scaling efficiency: (throughput after − before) / extra GPUs, over the job's
-    throughput per GPU at its smallest usable size (1 = linear scaling); starting a waiting job ranks above growing a
-    running one. Ties: trace order.
-    Returns the GPUs left.
+    """Give ``free`` GPUs to ``jobs`` step by step (to each job's next usable size), ElasticFlow's order: starting a
+    waiting job first, then the step with the smallest marginal GPU-time (its ``marginal_gputime``): the change of
+    the GPU-time the job's remaining work takes, ``R · (n2·t2 − n1·t1)``, per added GPU ``n2 − n1`` (0 for linear
+    scaling; it grows with poor scaling and with the remaining work ``R``, so short jobs are sped up first). Starting
+    a waiting job costs ``R · t2`` per GPU (its remaining time). Ties: trace order. Returns the GPUs left.
     """
-    heap: list[tuple[float, int, int, int]] = []
+    heap: list[tuple[int, float, int, int, int]] = []
+    remaining = {js.spec.index: max(js.remaining, 0.0) for js in jobs}
 
-    def push(js: JobState) -> None:
-        i = js.spec.index
-        if js.spec.index not in sizes:
+    def push(i: int) -> None:
+        if i not in sizes:
             return
-        nxt = sizes[i].next_after(alloc.get(i, 0))
+        s = sizes[i]
+        n1 = alloc.get(i, 0)
+        nxt = s.next_after(n1)
         if nxt is None:
             return
         n2, t2 = nxt
-        n1 = alloc.get(i, 0)
-        t1 = sizes[i].time(n1)
-        s = sizes[i]
-        per_gpu = 1.0 / (s._time_list[0] * s._size_list[0])  # throughput per GPU at the smallest usable size
-        gain = (1.0 / t2 - (0.0 if n1 == 0 else 1.0 / t1)) / (n2 - n1) / per_gpu
+        r = remaining[i]
         if n1 == 0:
-            gain += 1.0  # starting a waiting job comes before growing a running one
-        heapq.heappush(heap, (-gain, i, n2, n2 - n1))
+            heapq.heappush(heap, (0, r * t2, i, n2, n2))
+        else:
+            heapq.heappush(heap, (1, r * (n2 * t2 - n1 * s.time(n1)) / (n2 - n1), i, n2, n2 - n1))
 
-    by_index = {js.spec.index: js for js in jobs}
     for js in jobs:
-        push(js)
+        push(js.spec.index)
     while heap and free > 0:
-        _g, i, n2, extra = heapq.heappop(heap)
+        _k, _g, i, n2, extra = heapq.heappop(heap)
         if extra > free:
             continue  # this step no longer fits; smaller steps of other jobs may
         alloc[i] = n2
         free -= extra
-        push(by_index[i])
+        push(i)
     return free
 
 
