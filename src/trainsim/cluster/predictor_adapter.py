@@ -12,8 +12,9 @@ default stack.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 from trainsim.errors import TrainsimWarning
 from trainsim.spec.framework import Framework, load_framework
@@ -22,6 +23,17 @@ from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
 SearchSpaceName = Literal["tdp", "full"]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _memo(maxsize: int) -> Callable[[_F], _F]:
+    """``functools.lru_cache`` that keeps the function's signature for type checkers (the frozen specs are hashable
+    at run time; their pydantic stubs do not say so)."""
+
+    def wrap(fn: _F) -> _F:
+        return cast(_F, lru_cache(maxsize=maxsize)(fn))
+
+    return wrap
 #: The cluster's ``full`` space besides tensor and pipeline degrees: micro-batch 1, 2 or 4, every recompute mode,
 #: the distributed optimizer and sequence parallelism (virtual stages, context/expert parallelism and rank orders are
 #: left at their defaults: opening them costs 100-500× more per GPU count, see docs/cluster.md).
@@ -92,14 +104,14 @@ def _search(model: Model, system: System, training: Training, num_gpus: int, spa
                      best.recompute, bool(best.fits), float(best.mfu or 0.0), float(best.peak_memory_bytes))
 
 
-@lru_cache(maxsize=200_000)
+@_memo(200_000)
 def best_plan(model: Model, system: System, training: Training, num_gpus: int,
               space: SearchSpaceName = "tdp", framework: str | None = None) -> PlanPoint | None:
     """The fastest plan that fits on ``num_gpus`` GPUs of ``system`` (``None`` when none fits)."""
     return _cached(model, system, training, num_gpus, space, None, None, framework)
 
 
-@lru_cache(maxsize=200_000)
+@_memo(200_000)
 def plan_with(model: Model, system: System, training: Training, num_gpus: int, tp: int, pp: int,
               space: SearchSpaceName = "tdp", framework: str | None = None) -> PlanPoint | None:
     """The fastest plan with tensor degree ``tp`` and pipeline degree ``pp`` (data parallel fills the rest)."""
@@ -201,7 +213,7 @@ def flush_cache() -> None:
     _DIRTY.clear()
 
 
-@lru_cache(maxsize=4096)
+@_memo(4096)
 def straggler_slowdown(model: Model, system: System, training: Training, point: PlanPoint, factor: float,
                        framework: str | None = None) -> float:
     """Iteration-time ratio when one GPU of the plan computes ``factor`` times slower: the event engine's

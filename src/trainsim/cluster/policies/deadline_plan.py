@@ -64,10 +64,11 @@ class DeadlinePlan(RebalancingPolicy):
             new = i not in self.seen
             self.seen.add(i)
             keep = None
-            if js.running and js.pool is not None and js.gpus <= free[js.pool]:
+            deadline = js.spec.deadline_s
+            if js.running and js.pool is not None and js.gpus <= free[js.pool] and deadline is not None:
                 pool = next(p for p in view.pools if p.name == js.pool)
                 t = view.time_at(js.spec, pool, js.gpus)
-                if view.now + js.remaining * t <= js.spec.deadline_s:
+                if view.now + js.remaining * t <= deadline:
                     keep = (js.pool, js.gpus)
             cfg = keep or self._cheapest(view, js, free)
             if cfg is None:
