@@ -94,3 +94,76 @@ def test_trace_framework_column_validated(tmp_path: Path, capsys) -> None:  # ty
     code, out, _ = run(["cluster", "curves", "-m", "gpt3-1.7b", "--gbs", "64", "--gpus", "8",
                         "--framework", "megatron-lm-2021", "--json"], capsys)
     assert code == 0 and '"curve"' in out
+
+
+def _sizes(pairs: list[tuple[int, float]]):  # type: ignore[no-untyped-def]
+    from trainsim.cluster.policies.elastic_common import Sizes
+
+    s = Sizes.__new__(Sizes)
+    s._size_list = [n for n, _ in pairs]
+    s._time_list = [t for _, t in pairs]
+    s._neg_times = [-t for _, t in pairs]
+    return s
+
+
+def test_timeline_plan_fills_backwards_from_the_deadline() -> None:
+    from trainsim.cluster.policies.elastic_common import Timeline
+
+    tl = Timeline(0.0, 8, [(100.0, 8)])  # all 8 GPUs reserved until t = 100
+    sizes = _sizes([(4, 2.0), (8, 1.0)])
+    # the smallest quota first: 4 GPUs (2 s per iteration) give exactly 50 iterations between 100 and 200
+    assert tl.plan(sizes, 50.0, 200.0) == [(100.0, 200.0, 4)]
+    # 60 need the 8-GPU quota, booked as late as possible
+    assert tl.plan(sizes, 60.0, 200.0) == [(140.0, 200.0, 8)]
+    # nothing meets a deadline at 120 (only 20 s free)
+    assert tl.plan(sizes, 50.0, 120.0) is None
+    tl.reserve([(120.0, 200.0, 4)])  # now 8 GPUs free in [100, 120), 4 after
+    # quota 8: 4 GPUs in [120, 200) give 40, 8 GPUs from 105 to 120 the other 15
+    assert tl.plan(sizes, 55.0, 200.0) == [(105.0, 120.0, 8), (120.0, 200.0, 4)]
+    assert tl.plan(sizes, 61.0, 200.0) is None
+
+
+def test_elasticflow_timeline_admission_admits_what_the_instant_check_rejects() -> None:
+    from trainsim.cluster.policies.elasticflow import ElasticFlow
+
+    spec = load_cluster("dgx-a100:1")
+    tm = ThroughputModel(source="best")
+    job = JobSpec(0, "x", 0.0, "gpt3-1.7b", 512, None, 1, None, 8, None, None, 1.0, "t", None, None)
+    t8 = tm.iteration_time(job, spec.pools[0], 8)
+    t_a = 200 * t8
+    # A needs all 8 GPUs to make its deadline; B fits after A, but not next to it
+    trace = pd.DataFrame({"job_id": ["a", "b"], "submit_time_s": [0.0, 1.0], "model": ["gpt3-1.7b"] * 2,
+                          "global_batch_size": [512, 512], "iterations": [200, 100], "requested_gpus": [8, 8],
+                          "deadline_s": [1.02 * t_a, 1.0 + 1.02 * t_a + 1.5 * 100 * t8]})
+    jobs, alloc, m = simulate(trace, spec, policy=ElasticFlow(), throughput=tm)
+    j = jobs.set_index("job_id")
+    assert j["admitted"].all() and j["met_deadline"].all()
+    check_accounting(trace, jobs, alloc, m, spec)
+    jobs, _, _ = simulate(trace, spec, policy=ElasticFlow(admission="instant"), throughput=tm)
+    j = jobs.set_index("job_id")
+    assert bool(j.loc["a", "met_deadline"]) and not bool(j.loc["b", "admitted"])
+    with pytest.raises(Exception, match="admission"):
+        ElasticFlow(admission="later")
+
+
+def test_leftovers_go_to_the_smallest_marginal_gpu_time() -> None:
+    from types import SimpleNamespace
+
+    from trainsim.cluster.policies.elastic_common import hand_out
+
+    linear = _sizes([(8, 8.0), (16, 4.0)])  # perfect scaling: growing costs no GPU-time
+    poor = _sizes([(8, 8.0), (16, 6.0)])  # 16 GPUs only 1.33x faster
+    jobs = [SimpleNamespace(spec=SimpleNamespace(index=0), remaining=10.0),
+            SimpleNamespace(spec=SimpleNamespace(index=1), remaining=10.0)]
+    alloc = {0: 8, 1: 8}
+    left = hand_out(None, "p", 8, alloc, {0: poor, 1: linear}, jobs)  # type: ignore[arg-type]
+    assert left == 0 and alloc == {0: 8, 1: 16}
+    # with equal scaling, the job with less work left grows first
+    jobs[0].remaining, jobs[1].remaining = 2.0, 10.0
+    alloc = {0: 8, 1: 8}
+    hand_out(None, "p", 8, alloc, {0: poor, 1: poor}, jobs)  # type: ignore[arg-type]
+    assert alloc == {0: 16, 1: 8}
+    # starting a waiting job comes first
+    alloc = {0: 8}
+    hand_out(None, "p", 8, alloc, {0: linear, 1: poor}, jobs)  # type: ignore[arg-type]
+    assert alloc == {0: 8, 1: 8}
