@@ -9,7 +9,7 @@ Rules, at every event (pools in spec order, jobs in trace order on ties):
    lowest cost (GPUs × remaining time × the pool's price; ties: fewer GPUs, then pool order), among those with room;
    a running job keeps its configuration while it still meets the deadline (a move costs a restart).
 3. **Leftovers**: every pool's remaining GPUs go, one usable size step at a time, to the job on that pool whose step
-   gains the most throughput per GPU relative to its remaining work (as ``elasticflow``); jobs without a deadline
+   costs the least extra GPU-time for its remaining work (as ``elasticflow``); jobs without a deadline
    start on the pool where their smallest usable size is cheapest. Running jobs keep their size and are grown only
    at rebalances (every ``rebalance_s``, default 600 s), as in ``elasticflow``.
 """

@@ -18,9 +18,10 @@ profiles on 1, 2, 4, … GPUs; ``pow2=False`` opens every size on the throughput
 3. **Best effort**: every other job gets its smallest usable size (trace order) while GPUs remain.
 4. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
    since every resize costs a checkpoint restart.
-5. **Leftovers**: the remaining GPUs go, one usable size step at a time, to the step with the best marginal
-   scaling efficiency (throughput gained per GPU over the job's throughput per GPU at its smallest size; ties:
-   trace order). Running jobs are grown only at
+5. **Leftovers**: the remaining GPUs go, one usable size step at a time, waiting jobs first, then to the step with
+   the smallest marginal GPU-time (ElasticFlow's ``marginal_gputime``: the extra GPU-time the job's remaining work
+   takes per added GPU; :func:`~trainsim.cluster.policies.elastic_common.hand_out`; ties: trace order). Running jobs
+   are grown only at
    rebalances (every ``rebalance_s``, default 600 s, a scheduling tick); in between, leftovers go to waiting jobs,
    so that a job is not checkpointed and restarted at every arrival.
 
