@@ -18,6 +18,8 @@ DIMENSION_FLAGS: dict[str, str] = {
     "num_gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "cp": "cp", "ep": "ep", "etp": "etp", "dp": "dp",
     "micro_batch_size": "micro_batch_size", "schedule": "schedule", "rank_order": "rank_order",
     "recompute_granularity": "recompute", "zero_stage": "zero_stage",
+    "tensor_parallel_mode": "tensor_parallel_mode", "tp_rows": "tp_rows", "tp_inner": "tp_inner",
+    "summa_blocks": "summa_blocks",
 }
 # Training flags whose validity depends on searched dimensions: kept out of the base job, put back in the template.
 _DEFERRED = ("tp_comm_overlap", "overlap_param_gather", "recompute_num_layers")
@@ -45,7 +47,8 @@ def typed_value(name: str, value: Any) -> Any:
         raise TrainsimError(name, f"{_flag(name)} takes one value (got {value!r})",
                             "lists and ranges are only accepted for the search dimensions "
                             "(--num-gpus --tp --pp --vpp --cp --ep --etp --dp --mbs --schedule --recompute-granularity "
-                            "--zero-stage --rank-order --sp)")
+                            "--zero-stage --rank-order --sp --tensor-parallel-mode --tp-rows --tp-inner "
+                            "--summa-blocks)")
     if opt.kind is int:
         try:
             number = float(text)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from trainsim.errors import TrainsimError
+from trainsim.parallel.axes import DEFAULT_RANK_ORDER, ORDER_AXES, normalize_rank_order
 from trainsim.schedule import SCHEDULE_NAMES
 from trainsim.spec.base import Spec
 from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
@@ -15,11 +18,15 @@ if TYPE_CHECKING:
     Schedule = str
 else:  # the registered schedule names (trainsim.schedule.SCHEDULES)
     Schedule = Literal[SCHEDULE_NAMES]
-DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
-DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
+#: The axes of a rank-order string, in Megatron's default order (owned by :mod:`trainsim.parallel.axes`).
+DIMENSIONS: tuple[str, ...] = tuple(a.value for a in ORDER_AXES)
+#: Linear-layer sharding strategies of tensor parallelism: Megatron's 1D (column/row-parallel pairs) and the 2D
+#: SUMMA grid (:mod:`trainsim.workload.summa`).
+TENSOR_PARALLEL_MODES = ("1d", "summa")
+TensorParallelMode = Literal["1d", "summa"]
 
 
-class Parallelism(Spec):
+class Parallelism(Spec, frozen=True):
     """How a job is split over GPUs.
 
     ``dp`` may be left ``None`` and is then derived from the GPU count. ``rank_order`` lists the dimensions from the
@@ -52,14 +59,23 @@ class Parallelism(Spec):
     etp: int | None = Field(default=None, gt=0, le=MAX_GPUS,
                             description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); "
                                         "None: equal to tp")
+    tensor_parallel_mode: TensorParallelMode = Field(
+        default="1d", description="linear-layer sharding: 1d (Megatron's column/row-parallel pairs) or summa (2D "
+                                  "tp_rows × tp/tp_rows grid, SUMMA broadcasts pipelined against the GEMM blocks)")
+    tp_rows: int | None = Field(default=None, gt=0, le=MAX_GPUS,
+                                description="summa: rows R of the tensor-parallel grid (columns tp/R); None: the "
+                                            "largest divisor of tp not above √tp")
+    summa_blocks: int = Field(default=4, gt=0, le=256,
+                              description="summa: panels (blocks) each GEMM's inner dimension is broadcast in")
+    tp_inner: Literal["row", "col"] = Field(
+        default="row", description="summa: which grid group takes adjacent ranks (inside an NVLink domain first): "
+                                   "row (the tp/R GPUs of a grid row, broadcasting activation panels) or col (the R "
+                                   "GPUs of a grid column, broadcasting weight panels)")
 
     @field_validator("rank_order")
     @classmethod
     def _check_order(cls, value: str) -> str:
-        parts = value.lower().split("-")
-        if sorted(parts) != sorted(DIMENSIONS):
-            raise ValueError(f"must be a permutation of {DEFAULT_RANK_ORDER} (got {value!r})")
-        return "-".join(parts)
+        return normalize_rank_order(value)
 
     @field_validator("pipeline_layout")
     @classmethod
@@ -67,6 +83,35 @@ class Parallelism(Spec):
         if value is not None:
             parse_pipeline_layout(value)
         return value
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> Parallelism:
+        if self.tensor_parallel_mode == "1d":
+            if self.tp_rows is not None and self.tp_rows != 1:
+                raise TrainsimError("parallelism.tp_rows", f"--tp-rows {self.tp_rows} needs the 2D tensor-parallel "
+                                    "grid", "add --tensor-parallel-mode summa, or drop --tp-rows")
+            return self
+        if self.tp == 1:
+            raise TrainsimError("parallelism.tensor_parallel_mode", "summa needs tensor parallelism (tp = 1)",
+                                "give --tp > 1 (a grid of --tp-rows × tp/tp-rows GPUs), or use "
+                                "--tensor-parallel-mode 1d")
+        if self.tp_rows is not None and self.tp % self.tp_rows:
+            raise TrainsimError("parallelism.tp_rows", f"tp = {self.tp} is not divisible by tp_rows = {self.tp_rows}",
+                                "choose --tp-rows dividing --tp (columns = tp / rows)")
+        return self
+
+    @property
+    def summa(self) -> bool:
+        """Whether the linear layers use the 2D SUMMA grid."""
+        return self.tensor_parallel_mode == "summa" and self.tp > 1
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(rows R, columns C) of the tensor-parallel grid: ``(1, tp)`` in 1D mode (every rank one column)."""
+        if not self.summa:
+            return 1, self.tp
+        rows = self.tp_rows if self.tp_rows is not None else default_tp_rows(self.tp)
+        return rows, self.tp // rows
 
     @property
     def expert_tp(self) -> int:
@@ -82,6 +127,12 @@ class Parallelism(Spec):
     def model_parallel_size(self) -> int:
         """GPUs holding one replica of the model: tp·pp·cp."""
         return self.tp * self.pp * self.cp
+
+
+def default_tp_rows(tp: int) -> int:
+    """The default rows of a ``tp``-GPU grid: the largest divisor of ``tp`` not above ``√tp`` (square when possible,
+    else more columns than rows)."""
+    return max(d for d in range(1, math.isqrt(tp) + 1) if tp % d == 0)
 
 
 _REPEAT = re.compile(r"\(([^()]*)\)\*(\d+)|([EtmL|])\*(\d+)")

@@ -18,7 +18,7 @@ from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
-from trainsim.workload.ops import CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
+from trainsim.workload.ops import CommOp, ComputeOp, Group, Phase, attention, elementwise, gemm, gemm_with_grads
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -44,6 +44,14 @@ class Shard:
     recompute_modules: tuple[str, ...] = ()
     moe_shared_expert_overlap: bool = False
     moe_a2a_overlap: bool = False
+    summa: bool = False  # 2D tensor parallelism: linear layers on a tp_rows × tp/tp_rows SUMMA grid
+    tp_rows: int = 1
+    summa_blocks: int = 1
+
+    @property
+    def tp_cols(self) -> int:
+        """Columns of the tensor-parallel grid (tp in 1D mode)."""
+        return self.tp // self.tp_rows
 
     @property
     def expert_tp(self) -> int:
@@ -119,6 +127,9 @@ def shard_of(job: Job) -> Shard:
         recompute_modules=tuple(tr.recompute_modules),
         moe_shared_expert_overlap=tr.moe_shared_expert_overlap,
         moe_a2a_overlap=tr.moe_a2a_overlap,
+        summa=par.summa,
+        tp_rows=par.grid[0],
+        summa_blocks=par.summa_blocks if par.summa else 1,
     )
 
 
@@ -158,10 +169,10 @@ def _tp_comm(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) ->
     size = shard.tokens * h * shard.act_bytes
     if shard.sequence_parallel:
         kind = "all_gather" if entering else "reduce_scatter"
-        return (CommOp(name, kind, "tp", "fwd", size, gemm_name),)  # type: ignore[arg-type]
+        return (CommOp(name, kind, Group.TP, "fwd", size, gemm_name),)  # type: ignore[arg-type]
     if entering:
         return ()  # identity in forward, all-reduce in backward
-    return (CommOp(name, "all_reduce", "tp", "fwd", size),)
+    return (CommOp(name, "all_reduce", Group.TP, "fwd", size),)
 
 
 def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) -> tuple[CommOp, ...]:
@@ -175,12 +186,12 @@ def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, gemm_name: str
     size = shard.tokens * h * shard.act_bytes
     if entering:
         kind = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
-        ops = [CommOp(f"{name}_grad", kind, "tp", "bwd", size, f"{gemm_name}_wgrad", True)]  # type: ignore[arg-type]
+        ops = [CommOp(f"{name}_grad", kind, Group.TP, "bwd", size, f"{gemm_name}_wgrad", True)]  # type: ignore[arg-type]
         if shard.sequence_parallel:
-            ops.append(CommOp(f"{name}_regather", "all_gather", "tp", "bwd", size, f"{gemm_name}_dgrad", True))
+            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", size, f"{gemm_name}_dgrad", True))
         return tuple(ops)
     if shard.sequence_parallel:
-        return (CommOp(f"{name}_grad", "all_gather", "tp", "bwd", size, f"{gemm_name}_dgrad"),)
+        return (CommOp(f"{name}_grad", "all_gather", Group.TP, "bwd", size, f"{gemm_name}_dgrad"),)
     return ()
 
 
@@ -312,8 +323,8 @@ def _attention_block(model: Model, shard: Shard) -> Work:
         # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward).
         kv_block = 2 * b * (s // cp) * groups * d * e
         ring = "flash_attn"
-        comm_fwd += (CommOp("cp_kv_ring", "send_recv", "cp", "fwd", (cp - 1) * kv_block, ring, True),)
-        comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", "cp", "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
+        comm_fwd += (CommOp("cp_kv_ring", "send_recv", Group.CP, "fwd", (cp - 1) * kv_block, ring, True),)
+        comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", Group.CP, "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
                             True),)
     recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention != "flash" else ()
     return Work(tuple(fwd), tuple(bwd), recompute + tuple(up_recompute), comm_fwd, comm_bwd)
@@ -422,18 +433,18 @@ def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[Comput
         hide_c = "shared_expert_fc2" if shared and shard.moe_shared_expert_overlap else ""
         if shard.moe_a2a_overlap:  # another micro-batch's attention runs meanwhile (merged 1F1B / DualPipe)
             hide, hide_c = "flash_attn", "attn_proj"
-        comm_fwd += [CommOp("moe_dispatch", "all_to_all", "ep", "fwd", a2a, hide, bool(hide)),
-                     CommOp("moe_combine", "all_to_all", "ep", "fwd", a2a, hide_c, bool(hide_c))]
+        comm_fwd += [CommOp("moe_dispatch", "all_to_all", Group.EP, "fwd", a2a, hide, bool(hide)),
+                     CommOp("moe_combine", "all_to_all", Group.EP, "fwd", a2a, hide_c, bool(hide_c))]
         hide_b = "flash_attn_grad" if shard.moe_a2a_overlap else ""
         hide_bc = "attn_proj_dgrad" if shard.moe_a2a_overlap else ""
-        comm_bwd += [CommOp("moe_combine_grad", "all_to_all", "ep", "bwd", a2a, hide_b, bool(hide_b)),
-                     CommOp("moe_dispatch_grad", "all_to_all", "ep", "bwd", a2a, hide_bc, bool(hide_bc))]
+        comm_bwd += [CommOp("moe_combine_grad", "all_to_all", Group.EP, "bwd", a2a, hide_b, bool(hide_b)),
+                     CommOp("moe_dispatch_grad", "all_to_all", Group.EP, "bwd", a2a, hide_bc, bool(hide_bc))]
     if etp > 1:
         ag = rows * h * e
-        comm_fwd += [CommOp("moe_etp_gather", "all_gather", "etp", "fwd", ag),
-                     CommOp("moe_etp_scatter", "reduce_scatter", "etp", "fwd", ag)]
-        comm_bwd += [CommOp("moe_etp_gather_grad", "all_gather", "etp", "bwd", ag),
-                     CommOp("moe_etp_scatter_grad", "reduce_scatter", "etp", "bwd", ag)]
+        comm_fwd += [CommOp("moe_etp_gather", "all_gather", Group.ETP, "fwd", ag),
+                     CommOp("moe_etp_scatter", "reduce_scatter", Group.ETP, "fwd", ag)]
+        comm_bwd += [CommOp("moe_etp_gather_grad", "all_gather", Group.ETP, "bwd", ag),
+                     CommOp("moe_etp_scatter_grad", "reduce_scatter", Group.ETP, "bwd", ag)]
     return fwd, bwd, act_recompute, tuple(comm_fwd), tuple(comm_bwd)
 
 
@@ -469,6 +480,10 @@ def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
 @lru_cache(maxsize=4096)
 def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
     """One transformer layer (attention + MLP or MoE) for one micro-batch on one GPU."""
+    if shard.summa:
+        from trainsim.workload.summa import summa_layer_work
+
+        return summa_layer_work(model, shard)
     a = _attention_block(model, shard)
     m = _mlp_block(model, shard, moe)
     fwd = a.fwd + m.fwd
@@ -493,6 +508,10 @@ def _grad_accumulation(shard: Shard, name: str, params: float) -> tuple[ComputeO
 @lru_cache(maxsize=1024)
 def embedding_work(model: Model, shard: Shard) -> Work:
     """Input embedding on the first pipeline stage (vocabulary-parallel lookup, or a patch-embedding GEMM)."""
+    if shard.summa:
+        from trainsim.workload.summa import summa_embedding_work
+
+        return summa_embedding_work(model, shard)
     h, tp = model.hidden_size, shard.tp
     t = shard.tokens
     e = shard.act_bytes
@@ -510,9 +529,9 @@ def embedding_work(model: Model, shard: Shard) -> Work:
     comm_bwd: tuple[CommOp, ...] = ()
     if tp > 1:  # vocabulary-parallel embedding: partial sums are reduced (scattered with sequence parallelism)
         kind = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
-        comm_fwd = (CommOp("embedding_reduce", kind, "tp", "fwd", n * e),)  # type: ignore[arg-type]
+        comm_fwd = (CommOp("embedding_reduce", kind, Group.TP, "fwd", n * e),)  # type: ignore[arg-type]
         if shard.sequence_parallel:
-            comm_bwd = (CommOp("embedding_grad_gather", "all_gather", "tp", "bwd", n * e),)
+            comm_bwd = (CommOp("embedding_grad_gather", "all_gather", Group.TP, "bwd", n * e),)
     return Work(fwd, bwd, (), comm_fwd, comm_bwd)
 
 
@@ -520,6 +539,10 @@ def embedding_work(model: Model, shard: Shard) -> Work:
 def head_work(model: Model, shard: Shard) -> Work:
     """Final norm, output projection (LM head) and vocabulary-parallel cross-entropy on the last stage, followed by
     the multi-token-prediction modules (Megatron-Core places them on the last stage)."""
+    if shard.summa:
+        from trainsim.workload.summa import summa_head_work
+
+        return summa_head_work(model, shard)
     main = _head(model, shard, "")
     if not model.mtp_num_layers:
         return main
