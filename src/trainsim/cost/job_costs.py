@@ -26,6 +26,7 @@ from trainsim.workload.ops import (
     CommOp,
     ComputeOp,
     Group,
+    OpSet,
     Overlap,
     comm_stream,
     exposed_time,
@@ -180,9 +181,9 @@ class StageCost:
 def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap: bool,
                recompute_comm: bool = True, split_backward: bool = False) -> BlockCost:
     c = model.compute
-    fwd_ops = frozenset(work.fwd)
+    fwd_ops = OpSet(work.fwd)
     # a split-backward schedule runs the weight gradients later: collectives cannot hide behind them
-    bwd_ops = frozenset(op for op in work.bwd if not (split_backward and op.is_weight_grad))
+    bwd_ops = OpSet(op for op in work.bwd if not (split_backward and op.is_weight_grad))
     times = {op: c(op) for op in (*work.fwd, *work.bwd)}
     fwd = sum(c(op) for op in work.fwd)
     re = sum(c(op) for op in work.recompute)
@@ -192,10 +193,10 @@ def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap
     out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
     slow = model.calibration.overlap_slowdown
 
-    def account(ops: tuple[CommOp, ...], pass_ops: frozenset[ComputeOp], backward: bool) -> None:
+    def account(ops: tuple[CommOp, ...], pass_ops: OpSet, backward: bool) -> None:
         # collectives hiding behind the same op on the same stream queue one after the other (as in the event
         # engine): each is exposed by what the queue so far outlasts that op
-        queued: dict[tuple[ComputeOp, str], float] = {}
+        queued: dict[tuple[int, str], float] = {}
         for op in ops:
             t = model.collective(op, places[op.group])
             out.comm += t
@@ -204,7 +205,7 @@ def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap
             target, can_hide = overlap_target(op, pass_ops, tp_comm_overlap)
             hidden_by = times[target] if target is not None else 0.0
             if can_hide and target is not None:
-                key = (target, comm_stream(op.group))
+                key = (id(target), comm_stream(op.group))
                 before = queued.get(key, 0.0)
                 queued[key] = before + t
                 e0, p0 = exposed_time(before, hidden_by, True, slow)

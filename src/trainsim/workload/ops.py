@@ -5,7 +5,7 @@ Ops are plain frozen dataclasses so that they hash (cost tables and caches key o
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -178,6 +178,19 @@ def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str,
         gemm(f"{name}_dgrad", "bwd", m, k, n, dtype, batch, role=Role.INPUT_GRAD, grad_of=name),
         gemm(f"{name}_wgrad", "bwd", k, n, m, dtype, batch, out_bytes=4.0, role=Role.WEIGHT_GRAD, grad_of=name),
     )
+
+
+class OpSet(Container[ComputeOp]):
+    """The compute ops of one pass, by identity: collectives reference the very op objects of their block (cheap to
+    build and test, no hashing of op fields)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, ops: Iterable[ComputeOp]) -> None:
+        self._ids = {id(op) for op in ops}
+
+    def __contains__(self, op: object) -> bool:
+        return id(op) in self._ids
 
 
 def overlap_target(op: CommOp, in_pass: Container[ComputeOp],
