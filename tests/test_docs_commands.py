@@ -323,3 +323,19 @@ def test_an_example_that_does_not_fit_fails_unless_marked(tmp_path):
     assert result.status == "fail" and "does not fit" in result.message
     (block,) = blocks_of(_page(tmp_path, "<!-- docs-test: unfit shows the OOM -->\n" + text))
     assert BlockRunner(block, tmp_path / "w2", tmp_path / "t2", set(), []).outcome(0).status == "ok"
+
+
+def test_a_prompted_loop_spans_its_lines(tmp_path):
+    page = _page(tmp_path, "\n".join([
+        "```console",
+        "$ for g in 4 8; do",
+        "    trainsim search --gpus-per-node $g",
+        "  done",
+        "some output",
+        "$ python scripts/x.py",
+        "```",
+    ]))
+    (block,) = blocks_of(page)
+    assert [(s.kind, s.text) for s in block.steps] == [
+        ("trainsim", "trainsim search --gpus-per-node 4"), ("trainsim", "trainsim search --gpus-per-node 8"),
+        ("not-run", "python scripts/x.py")]
