@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from pydantic import Field, field_validator, model_validator
 
@@ -682,7 +682,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                 try:
                     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, sequence_parallel=sp,
                                       schedule=schedule, first_stage_layers=first, last_stage_layers=last,
-                                      tensor_parallel_mode=mode, tp_rows=rows, tp_inner=inner, summa_blocks=nb)
+                                      tensor_parallel_mode=cast(Any, mode), tp_rows=rows, tp_inner=cast(Any, inner),
+                                      summa_blocks=nb)
                     tr = Training(**{**tr_base, "micro_batch_size": mbs, "recompute_granularity": recompute,
                                      "zero_stage": zero})
                     with warnings.catch_warnings(record=True) as caught:
