@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from trainsim.schedule import SCHEDULE_NAMES
+from trainsim.schedule import SCHEDULE_NAMES, schedule_help
 from trainsim.spec.base import Spec
+from trainsim.spec.flags import Flag
 from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
 
 if TYPE_CHECKING:
@@ -31,27 +32,46 @@ class Parallelism(Spec):
     (``--pipeline-model-parallel-layout``): see :mod:`trainsim.spec.pipeline_split`.
     """
 
-    tp: int = Field(default=1, gt=0, le=MAX_GPUS)
-    pp: int = Field(default=1, gt=0, le=MAX_GPUS)
-    vpp: int = Field(default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
-    cp: int = Field(default=1, gt=0, le=MAX_GPUS)
-    ep: int = Field(default=1, gt=0, le=MAX_GPUS)
-    dp: int | None = Field(default=None, gt=0, le=MAX_GPUS)
-    sequence_parallel: bool = False
-    schedule: Schedule | None = Field(default=None, description="None: interleaved when vpp > 1, else 1f1b")
-    rank_order: str = DEFAULT_RANK_ORDER
-    first_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
-    last_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
-    account_for_embedding_in_pipeline_split: bool = False
-    account_for_loss_in_pipeline_split: bool = False
-    pipeline_layout: str | None = Field(
-        default=None,
-        description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29m|L': virtual stages separated by "
-                    "'|' in virtual-stage order, t a transformer layer, E the embedding, m the MTP layers, L the loss",
-    )
-    etp: int | None = Field(default=None, gt=0, le=MAX_GPUS,
-                            description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); "
-                                        "None: equal to tp")
+    tp: Annotated[int, Flag("--tensor-model-parallel-size", "--tp", dimension="tp",
+                            help="tensor parallel size")] = Field(default=1, gt=0, le=MAX_GPUS)
+    pp: Annotated[int, Flag("--pipeline-model-parallel-size", "--pp", dimension="pp",
+                            help="pipeline parallel size")] = Field(default=1, gt=0, le=MAX_GPUS)
+    vpp: Annotated[int, Flag("--num-virtual-stages-per-pipeline-rank", "--vpp", dimension="vpp",
+                             help="virtual stages per pipeline rank (interleaving)")] = Field(
+        default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
+    cp: Annotated[int, Flag("--context-parallel-size", "--cp", dimension="cp", help="context parallel size")] = Field(
+        default=1, gt=0, le=MAX_GPUS)
+    ep: Annotated[int, Flag("--expert-model-parallel-size", "--ep", dimension="ep",
+                            help="expert parallel size")] = Field(default=1, gt=0, le=MAX_GPUS)
+    dp: Annotated[int | None, Flag("--data-parallel-size", "--dp", dimension="dp", megatron=False,
+                                   help="data parallel size (checked)")] = Field(default=None, gt=0, le=MAX_GPUS)
+    sequence_parallel: Annotated[bool, Flag("--sequence-parallel", dimension="sequence_parallel",
+                                            help="sequence parallelism")] = False
+    schedule: Annotated[Schedule | None, Flag("--schedule", dimension="schedule", megatron=False,
+                                              help=schedule_help)] = Field(
+        default=None, description="None: interleaved when vpp > 1, else 1f1b")
+    rank_order: Annotated[str, Flag("--rank-order", dimension="rank_order",
+                                    help="e.g. tp-cp-ep-dp-pp")] = DEFAULT_RANK_ORDER
+    first_stage_layers: Annotated[int | None, Flag("--decoder-first-pipeline-num-layers",
+                                                   help="layers on the first stage")] = Field(
+        default=None, ge=0, le=MAX_LAYERS)
+    last_stage_layers: Annotated[int | None, Flag("--decoder-last-pipeline-num-layers",
+                                                  help="layers on the last stage")] = Field(
+        default=None, ge=0, le=MAX_LAYERS)
+    account_for_embedding_in_pipeline_split: Annotated[bool, Flag(
+        "--account-for-embedding-in-pipeline-split", help="count the embedding as a layer of the first stage")] = False
+    account_for_loss_in_pipeline_split: Annotated[bool, Flag(
+        "--account-for-loss-in-pipeline-split", help="count the loss as a layer of the last stage")] = False
+    pipeline_layout: Annotated[str | None, Flag(
+        "--pipeline-model-parallel-layout", help="layers per virtual stage, e.g. 'Et|(tt|)*30L' (Megatron syntax)")] = (
+        Field(default=None,
+              description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29m|L': virtual stages "
+                          "separated by '|' in virtual-stage order, t a transformer layer, E the embedding, m the MTP "
+                          "layers, L the loss"))
+    etp: Annotated[int | None, Flag("--expert-tensor-parallel-size", "--etp", dimension="etp",
+                                    help="tensor parallel size of the expert layers (default: tp)")] = Field(
+        default=None, gt=0, le=MAX_GPUS,
+        description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); None: equal to tp")
 
     @field_validator("rank_order")
     @classmethod
