@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainsim.cost.job_costs import CostModel, StageCost, default_cost_model, stage_costs
+from trainsim.workload.ops import TP_GROUPS
 from trainsim.workload.sharding import sharding_of
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     c = stages[crit].total
     zero3 = stages[crit].zero3_exposed
     compute = m * (c.fwd_compute + c.bwd_compute + c.overlap_penalty_fwd + c.overlap_penalty_bwd)
-    comm = {g: m * c.exposed.get(g, 0.0) for g in ("tp", "cp", "ep")}
+    comm = {g: m * c.exposed.get(g, 0.0) for g in ("cp", "ep")}
+    comm["tp"] = m * sum(c.exposed.get(g, 0.0) for g in TP_GROUPS)  # 1D, or the rows and columns of the 2D grid
     pp_comm = job.pipeline.transfers_on_path(p, m, v) * P
     slow = model.calibration.overlap_slowdown
     dp = _dp_exposed(job, stages, P, slow) + _param_gather_exposed(job, stages, P, slow) + m * zero3

@@ -69,10 +69,22 @@ def _placement(members: list[int], gpus_per_node: int) -> Placement:
     return Placement(len(members), max(counts.values()), len(counts))
 
 
+def grid_offsets(rows: int, cols: int, tp_inner: str) -> tuple[list[int], list[int]]:
+    """Tensor-parallel ranks (offsets inside the TP group, in units of its stride) of the row group (the ``cols``
+    GPUs of grid row 0) and of the column group (the ``rows`` GPUs of grid column 0) of a ``rows × cols`` SUMMA grid.
+    ``tp_inner="row"``: TP rank ``i·cols + j`` holds grid cell ``(i, j)`` (row groups adjacent); ``"col"``: ``j·rows
+    + i`` (column groups adjacent)."""
+    if tp_inner == "row":
+        return list(range(cols)), [i * cols for i in range(rows)]
+    return [j * rows for j in range(cols)], list(range(rows))
+
+
 @lru_cache(maxsize=8192)
 def group_placements(rank_order: str, tp: int, cp: int, ep: int, dp: int, pp: int,
-                     gpus_per_node: int, etp: int | None = None) -> dict[str, Placement]:
-    """Placement of the tp, cp, dp, dp_cp, pp, ep, etp, edp, embedding and world groups that contain global rank 0.
+                     gpus_per_node: int, etp: int | None = None, grid: tuple[int, int] | None = None,
+                     tp_inner: str = "row") -> dict[str, Placement]:
+    """Placement of the tp, cp, dp, dp_cp, pp, ep, etp, edp, embedding and world groups that contain global rank 0,
+    and with a 2D tensor-parallel ``grid`` (rows, columns) of its ``tp_row`` and ``tp_col`` groups.
 
     The expert groups follow Megatron-Core's expert rank generator (parallel folding): the same global ranks are
     re-read as an ``etp × ep × edp × pp`` grid in the rank order with cp removed, ``edp = tp·cp·dp/(ep·etp)``.
@@ -83,6 +95,10 @@ def group_placements(rank_order: str, tp: int, cp: int, ep: int, dp: int, pp: in
     out: dict[str, Placement] = {}
     for dim in ("tp", "cp", "dp", "pp"):
         out[dim] = _placement([i * st[dim] for i in range(dense[dim])], gpus_per_node)
+    if grid is not None:
+        row, col = grid_offsets(grid[0], grid[1], tp_inner)
+        out["tp_row"] = _placement([t * st["tp"] for t in row], gpus_per_node)
+        out["tp_col"] = _placement([t * st["tp"] for t in col], gpus_per_node)
     out["dp_cp"] = _placement([i * st["dp"] + j * st["cp"] for i in range(dp) for j in range(cp)], gpus_per_node)
     out["embedding"] = _placement(sorted({0, (pp - 1) * st["pp"]}), gpus_per_node)
     world = tp * cp * dp * pp
@@ -101,8 +117,9 @@ def group_placements(rank_order: str, tp: int, cp: int, ep: int, dp: int, pp: in
 def placements_of(job: Job) -> dict[str, Placement]:
     """Placements of the groups of ``job``."""
     par = job.parallelism
+    grid = par.grid if par.summa else None
     return group_placements(par.rank_order, par.tp, par.cp, par.ep, job.dp, par.pp, job.system.gpus_per_node,
-                            par.expert_tp)
+                            par.expert_tp, grid, par.tp_inner)
 
 
 def link(place: Placement, system: System, calib: Calibration, job_nodes: int,

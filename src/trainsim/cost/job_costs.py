@@ -21,7 +21,7 @@ from trainsim.cost.compute import op_time
 from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
 from trainsim.workload.memory import stage_parameter_split
-from trainsim.workload.ops import Collective, CommOp, ComputeOp, Group, exposed_time, overlap_target
+from trainsim.workload.ops import Collective, CommOp, ComputeOp, Group, comm_stream, exposed_time, overlap_target
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -184,13 +184,25 @@ def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_co
     slow = model.calibration.overlap_slowdown
 
     def account(ops: tuple[CommOp, ...], pass_ops: dict[str, ComputeOp], backward: bool) -> None:
+        # collectives hiding behind the same op on the same stream queue one after the other (as in the event
+        # engine): each is exposed by what the queue so far outlasts that op
+        queued: dict[tuple[str, str], float] = {}
         for op in ops:
             t = model.collective(op, places.get(op.group, places["tp"]))
             out.comm += t
             if model.is_measured(op):
                 out.comm_measured += t
             target, can_hide = overlap_target(op, pass_ops, tp_comm_overlap)
-            exposed, penalty = exposed_time(t, times[target] if target is not None else 0.0, can_hide, slow)
+            hidden_by = times[target] if target is not None else 0.0
+            if can_hide and target is not None:
+                key = (target.name, comm_stream(op.group))
+                before = queued.get(key, 0.0)
+                queued[key] = before + t
+                e0, p0 = exposed_time(before, hidden_by, True, slow)
+                e1, p1 = exposed_time(before + t, hidden_by, True, slow)
+                exposed, penalty = e1 - e0, p1 - p0
+            else:
+                exposed, penalty = exposed_time(t, hidden_by, can_hide, slow)
             out.exposed[op.group] = out.exposed.get(op.group, 0.0) + exposed
             if backward:
                 out.exposed_bwd += exposed

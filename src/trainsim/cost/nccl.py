@@ -12,7 +12,8 @@ reproduces that structure with trainsim's bandwidths:
   128 bytes (``0.92·B``; ``0.7·B`` with one GPU per node); Simple runs at ``B`` but pays the longest per-step latency.
   The cheapest wins: LL for small messages, LL128 for medium, Simple for large.
 * **Algorithms**: ring (all collectives) moves ``2(n−1)/n·S`` (all-reduce) or ``(n−1)/n·S`` (all-gather /
-  reduce-scatter) and pays a latency per step — ``2(n−1)`` steps for all-reduce, ``2·nodes`` of them crossing the
+  reduce-scatter) — broadcast and reduce (SUMMA's panels) run as a pipelined chain that carries ``S`` over every
+  hop, ``n−1`` steps — and pays a latency per step — ``2(n−1)`` steps for all-reduce, ``2·nodes`` of them crossing the
   network; tree (all-reduce only) is a chain inside each node and a double binary tree across nodes: latency
   ``2((n/nodes − 1)·lat_intra + log₂(nodes)·lat_inter)``, bandwidth ``0.92·B/2`` with NCCL's medium-size correction;
   NVLS (all-reduce inside one NVSwitch domain with NVLink SHARP, Hopper and newer): the switch reduces, algorithm
@@ -35,7 +36,9 @@ from typing import Literal
 
 Algorithm = Literal["ring", "tree", "nvls", "nvls_tree"]
 Protocol = Literal["LL", "LL128", "Simple"]
-Reduction = Literal["all_reduce", "all_gather", "reduce_scatter"]
+Reduction = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
+#: Rooted collectives: a pipelined ring (chain) moves the whole buffer once over every hop (algbw = bus bandwidth).
+ROOTED = frozenset({"broadcast", "reduce"})
 
 ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "nvls", "nvls_tree")
 PROTOCOLS: tuple[Protocol, ...] = ("LL", "LL128", "Simple")
@@ -97,6 +100,8 @@ class Choice:
         """nccl-tests' bus bandwidth for this time: algbw·2(n−1)/n (all-reduce) or algbw·(n−1)/n."""
         if self.time <= 0:
             return 0.0
+        if collective in ROOTED:
+            return nbytes / self.time  # nccl-tests: busbw = algbw for broadcast and reduce
         factor = 2 * (ranks - 1) / ranks if collective == "all_reduce" else (ranks - 1) / ranks
         return nbytes / self.time * factor
 
@@ -141,6 +146,8 @@ def _algbw(coll: Reduction, algo: str, proto: str, links: Links, nbytes: float) 
             bus = min(_LL_MAX_BW[single], bus * (0.25 if (not single or coll == "all_reduce") else 1 / 3))
         elif proto == "LL128":
             bus *= 0.7 if n / nodes < 2 else 0.92
+        if coll in ROOTED:  # pipelined chain: every hop carries the whole buffer
+            return bus
         steps = 2 * (n - 1) if coll == "all_reduce" else n - 1
         return bus * n / steps
     if algo == "tree":

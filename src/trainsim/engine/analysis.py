@@ -26,7 +26,8 @@ from trainsim.engine.timeline import Timeline
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.graph.build import COMPUTE_KINDS, Kind
 
-GROUP_KEY = {"tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm"}
+GROUP_KEY = {"tp": "tp_comm", "tp_row": "tp_comm", "tp_col": "tp_comm", "cp": "cp_comm", "ep": "ep_comm",
+             "dp": "dp_comm"}
 STAGE_KEYS = ("busy_s", "idle_s", "compute_s", "comm_exposed_s", "optimizer_s", "pp_wait_s", "dp_wait_s",
               "optimizer_wait_s", "bubble_s")
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from trainsim.cost.comm import Placement
 from trainsim.cost.job_costs import Zero3Comm, zero3_layer_comm
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work
-from trainsim.workload.ops import CommOp, ComputeOp, Role, overlap_target
+from trainsim.workload.ops import CommOp, ComputeOp, Role, comm_stream, overlap_target
 
 if TYPE_CHECKING:
     from trainsim.cost.job_costs import CostModel
@@ -54,8 +54,9 @@ ANCHORS: dict[str, tuple[str, str]] = {
 }
 
 COMPUTE, COMM, DP, EP = "compute", "comm", "dp", "ep"
-#: groups whose collectives run on the expert-parallel stream (token dispatch/combine, expert-TP gather/scatter)
-EP_GROUPS = frozenset({"ep", "etp"})
+#: collectives that deliver an operand (issued right before the op they serve, stalling it); the others reduce a
+#: result (issued right after)
+PREFETCH = frozenset({"all_gather", "broadcast"})
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
         if target is not None and can_hide:
             anchor, mode = names[target.name], "with"
         elif target is not None:
-            anchor, mode = names[target.name], "before" if op.collective == "all_gather" else "after"
+            anchor, mode = names[target.name], "before" if op.collective in PREFETCH else "after"
         elif op.name in ANCHORS and ANCHORS[op.name][0] in names:
             name, mode = ANCHORS[op.name]
             anchor = names[name]
@@ -212,7 +213,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
 
     def issue(c: _Comm, at: float) -> tuple[float, float]:
         nonlocal internode, nbytes
-        stream = EP if c.op.group in EP_GROUPS else COMM
+        stream = EP if comm_stream(c.op.group) == EP else COMM
         cs = max(at, free[stream])
         ce = cs + c.time
         free[stream] = ce

@@ -95,6 +95,10 @@ class Candidate:
     analytic_iteration_time_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     etp: int | None = None  # expert tensor-parallel size (None: tp)
+    tensor_parallel_mode: str = "1d"
+    tp_rows: int | None = None
+    tp_inner: str = "row"
+    summa_blocks: int = 4
 
     @property
     def expert_tp(self) -> int:
@@ -128,6 +132,9 @@ class Candidate:
         if self.ep > 1:
             parts.append(f"ep {self.ep}")
         parts.append(f"dp {self.dp}")
+        if self.tensor_parallel_mode == "summa":
+            parts.append(f"summa {self.tp_rows}×{self.tp // (self.tp_rows or 1)} ({self.tp_inner}s inner, "
+                         f"{self.summa_blocks} panels)")
         return " · ".join(parts)
 
     def set_time(self, iteration_time_s: float, mfu: float, hfu: float, tokens_per_iteration: int,
@@ -196,8 +203,10 @@ def evaluate_chunk(ctx: EvalContext, specs: list[CandidateSpec]) -> list[tuple[A
 def make_candidate(index: int, spec: CandidateSpec, result: tuple[Any, ...], ctx: EvalContext) -> Candidate:
     """A :class:`Candidate` from a spec and its evaluation result."""
     num_nodes, fits, peak, t, mfu, hfu, breakdown = result
-    c = Candidate(index, *spec[:-1], num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown,
-                  tight=is_tight(peak, ctx.system.gpu.hbm_capacity), etp=spec.etp)
+    c = Candidate(index, *spec[:13], num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown,
+                  tight=is_tight(peak, ctx.system.gpu.hbm_capacity), etp=spec.etp,
+                  tensor_parallel_mode=spec.tensor_parallel_mode, tp_rows=spec.tp_rows, tp_inner=spec.tp_inner,
+                  summa_blocks=spec.summa_blocks)
     if t is not None:
         tokens = ctx.training.global_batch_size * (ctx.training.seq_length or ctx.model.seq_length)
         c.set_time(t, mfu, hfu, tokens, ctx.train_tokens, ctx.price_per_gpu_hour)

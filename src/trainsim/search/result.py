@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 #: Keys of every candidate in the JSON output, in order.
 CANDIDATE_KEYS = (
     "rank", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size", "num_gpus", "num_nodes", "schedule",
-    "recompute", "zero_stage", "sequence_parallel", "rank_order", "iteration_time_s", "mfu", "hfu", "tokens_per_s",
+    "recompute", "zero_stage", "sequence_parallel", "rank_order", "tensor_parallel_mode", "tp_rows", "tp_inner",
+    "summa_blocks", "iteration_time_s", "mfu", "hfu", "tokens_per_s",
     "fits", "tight", "peak_memory_bytes", "training_days", "gpu_hours", "cost_usd", "meets_deadline", "pareto",
     "engine",
 )
@@ -87,6 +88,10 @@ class SearchResult:
             "micro_batch_size": c.micro_batch_size, "num_gpus": c.num_gpus, "num_nodes": c.num_nodes,
             "schedule": c.schedule, "recompute": c.recompute, "zero_stage": c.zero_stage,
             "sequence_parallel": c.sequence_parallel, "rank_order": c.rank_order,
+            "tensor_parallel_mode": c.tensor_parallel_mode,
+            "tp_rows": c.tp_rows if c.tensor_parallel_mode == "summa" else None,
+            "tp_inner": c.tp_inner if c.tensor_parallel_mode == "summa" else None,
+            "summa_blocks": c.summa_blocks if c.tensor_parallel_mode == "summa" else None,
             "iteration_time_s": c.iteration_time_s, "mfu": c.mfu, "hfu": c.hfu, "tokens_per_s": c.tokens_per_s,
             "fits": c.fits, "tight": c.tight, "peak_memory_bytes": c.peak_memory_bytes,
             "training_days": c.training_days,

@@ -52,10 +52,17 @@ OPEN_WORDS = frozenset({"all", "*", "open"})
 #: Search dimensions, in enumeration order (open domains depend on the dimensions before them).
 DIMENSIONS: tuple[str, ...] = (
     "num_gpus", "tp", "pp", "cp", "dp", "ep", "etp", "vpp", "schedule", "micro_batch_size", "recompute", "zero_stage",
-    "sequence_parallel", "rank_order",
+    "sequence_parallel", "rank_order", "tensor_parallel_mode", "tp_rows", "tp_inner", "summa_blocks",
 )
 INT_DIMENSIONS = frozenset({"num_gpus", "tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size",
-                            "zero_stage"})
+                            "zero_stage", "tp_rows", "summa_blocks"})
+#: Open tensor-parallel mode domain: 1D only — list ``summa`` (``--tensor-parallel-mode 1d,summa``) to search the 2D
+#: grid too (its rows, placements and panels multiply the candidates).
+OPEN_TP_MODES = ("1d",)
+TP_MODES = ("1d", "summa")
+TP_INNER = ("row", "col")
+#: Open panel count of the SUMMA grid (list more values to search it).
+OPEN_SUMMA_BLOCKS = (4,)
 SCHEDULES = SCHEDULE_NAMES
 #: Open schedule domain with vpp = 1 (from the registry's ``searched`` flags): GPipe is left out (same bubble as 1F1B,
 #: every micro-batch in flight; Megatron-LM does not implement it) — list it explicitly to include it.
@@ -88,6 +95,10 @@ class CandidateSpec(NamedTuple):
     sequence_parallel: bool
     rank_order: str
     etp: int | None = None  # expert tensor-parallel size (None: tp)
+    tensor_parallel_mode: str = "1d"
+    tp_rows: int | None = None  # summa: grid rows
+    tp_inner: str = "row"  # summa: the grid group on adjacent ranks
+    summa_blocks: int = 4
 
 
 #: Values one arithmetic range may expand to (a typo such as 1:100000000 is refused instead of running for hours).
@@ -149,6 +160,12 @@ def _str_item(item: Any, dim: str) -> str:
     elif dim == "recompute":
         if text not in RECOMPUTE:
             raise TrainsimError(dim, f"unknown recompute mode {item!r}", f"use {', '.join(RECOMPUTE)}")
+    elif dim == "tensor_parallel_mode":
+        if text not in TP_MODES:
+            raise TrainsimError(dim, f"unknown tensor-parallel mode {item!r}", f"use {', '.join(TP_MODES)}")
+    elif dim == "tp_inner":
+        if text not in TP_INNER:
+            raise TrainsimError(dim, f"unknown grid placement {item!r}", "use row, col")
     elif dim == "rank_order":
         parts = text.split("-")
         if sorted(parts) != sorted(RANK_DIMENSIONS):
@@ -234,6 +251,10 @@ class SearchSpace(Spec):
     zero_stage: Any = None
     sequence_parallel: Any = None
     rank_order: Any = None
+    tensor_parallel_mode: Any = None
+    tp_rows: Any = None
+    tp_inner: Any = None
+    summa_blocks: Any = None
     others: Literal["open", "default"] = "open"
     framework: Framework = Field(default_factory=load_framework)
 
@@ -345,6 +366,13 @@ def _placement_key(order: str, tp: int, cp: int, ep: int, dp: int, pp: int, gpus
 
     places = group_placements(order, tp, cp, ep, dp, pp, gpus_per_node)
     return tuple(sorted(places.items()))
+
+
+@lru_cache(maxsize=65536)
+def _tp_nodes(order: str, tp: int, cp: int, ep: int, dp: int, pp: int, gpus_per_node: int) -> int:
+    from trainsim.cost.comm import group_placements
+
+    return group_placements(order, tp, cp, ep, dp, pp, gpus_per_node)["tp"].nodes
 
 
 def _full_order(perm: Sequence[str], nontrivial: Sequence[str]) -> str:
@@ -524,6 +552,31 @@ class _Enumerator:
             return (False,)
         return (False, True)
 
+    def grid_values(self, tp: int, cp: int) -> tuple[tuple[str, int | None, str, int], ...]:
+        """(mode, rows, placement, panels) of the tensor-parallel grid: 1D, or SUMMA grids whose rows divide tp and
+        the tokens per context-parallel rank, each with its row or column groups on adjacent ranks (the same
+        placement when one of them has a single GPU) — summa only for dense models with tp > 1."""
+        modes = self.given("tensor_parallel_mode", "1d")
+        modes = OPEN_TP_MODES if modes is None else modes
+        out: list[tuple[str, int | None, str, int]] = []
+        if "1d" in modes:
+            out.append(("1d", None, "row", 4))
+        m = self.model
+        if "summa" not in modes or tp == 1 or m.is_moe or m.multi_latent_attention or m.mtp_num_layers:
+            return tuple(out)
+        rows = self.given("tp_rows", None)
+        rows = tuple(divisors(tp)) if rows is None or rows == (None,) else rows
+        inner = self.given("tp_inner", "row")
+        inner = TP_INNER if inner is None else inner
+        blocks = self.given("summa_blocks", 4)
+        blocks = OPEN_SUMMA_BLOCKS if blocks is None else blocks
+        for r in rows:
+            if tp % r or (self.seq // cp) % r:
+                continue
+            places = inner if 1 < r < tp else inner[:1]
+            out += [("summa", r, pl, nb) for pl in places for nb in blocks]
+        return tuple(out)
+
     def selective_is_none(self, probe: Job, tp: int, cp: int, ep: int, sp: bool, mbs: int) -> bool:
         """Whether selective recomputation changes nothing here (e.g. with FlashAttention, whose backward already
         recomputes the attention scores): same layer work, same activation memory, same hardware FLOPs."""
@@ -608,8 +661,20 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
             per_combination = len(orders) + merged
             pipelines = [(vpp, sched) for vpp in en.vpp_values(pp) for sched in en.schedule_values(pp, vpp)]
             open_vpp = en.given("vpp", 1) is None
-            for (vpp, schedule), mbs, recompute, zero, sp in itertools.product(
-                    pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp)):
+            grids = en.grid_values(tp, cp)
+            # a grid inside one NVLink domain is placed alike whichever of its groups takes adjacent ranks
+            one_domain = all(_tp_nodes(o, tp, cp, ep, dp, pp, gpn) == 1 for o in orders)
+            rows_first = {(g[1], g[3]) for g in grids if g[0] == "summa" and g[2] == "row"}
+            for (vpp, schedule), mbs, recompute, zero, sp, grid in itertools.product(
+                    pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp),
+                    grids):
+                mode, rows, inner, nb = grid
+                if mode == "summa" and inner == "col" and one_domain and (rows, nb) in rows_first:
+                    out.equivalent += per_combination
+                    continue
+                if mode == "summa" and sp and False in en.sp_values(tp):
+                    out.equivalent += per_combination  # the grid splits the activations anyway: sp changes nothing
+                    continue
                 if open_vpp and not get_schedule(schedule).accepts_microbatches(pp, en.gbs // (mbs * dp)):
                     continue  # e.g. interleaving needs micro-batches divisible by pp: not an open value for this mbs
                 if (recompute == "selective" and "none" in recompute_values
@@ -618,7 +683,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                     continue
                 try:
                     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, sequence_parallel=sp,
-                                      schedule=schedule, first_stage_layers=first, last_stage_layers=last)
+                                      schedule=schedule, first_stage_layers=first, last_stage_layers=last,
+                                      tensor_parallel_mode=mode, tp_rows=rows, tp_inner=inner, summa_blocks=nb)
                     tr = Training(**{**tr_base, "micro_batch_size": mbs, "recompute_granularity": recompute,
                                      "zero_stage": zero})
                     with warnings.catch_warnings(record=True) as caught:
@@ -633,7 +699,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                     if issubclass(w.category, TrainsimWarning):
                         out.warnings[str(w.message)] += len(orders)
                 out.candidates.extend(CandidateSpec(world, tp, pp, vpp, cp, ep, dp, mbs, schedule, recompute, zero,
-                                                    sp, order, etp) for order in orders)
+                                                    sp, order, etp, mode, rows, inner, nb) for order in orders)
     return out
 
 
@@ -647,7 +713,9 @@ def build_job(model: Model, system: System, training: Training, spec: CandidateS
     fields = {"tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "ep": spec.ep, "etp": spec.etp,
               "dp": spec.dp,
               "sequence_parallel": spec.sequence_parallel, "schedule": spec.schedule, "rank_order": spec.rank_order,
-              "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
+              "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
+              "tensor_parallel_mode": spec.tensor_parallel_mode, "tp_rows": spec.tp_rows, "tp_inner": spec.tp_inner,
+              "summa_blocks": spec.summa_blocks}
     tr = training.model_copy(update={"micro_batch_size": spec.micro_batch_size,
                                      "recompute_granularity": spec.recompute, "zero_stage": spec.zero_stage})
     if not validate:

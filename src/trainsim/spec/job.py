@@ -118,8 +118,11 @@ class Job(Spec):
 
     @property
     def sequence_parallel(self) -> bool:
-        """Sequence parallelism in effect (only meaningful with tp > 1)."""
-        return self.parallelism.sequence_parallel and self.parallelism.tp > 1
+        """Sequence parallelism in effect (only meaningful with tp > 1). The 2D (SUMMA) grid always splits the
+        tokens over its rows and the features over its columns, so its norms and dropouts see ``1/tp`` of the
+        activations, as with sequence parallelism."""
+        par = self.parallelism
+        return (par.sequence_parallel or par.summa) and par.tp > 1
 
     @cached_property
     def virtual_stage_layers(self) -> tuple[int, ...]:
@@ -292,7 +295,11 @@ def validate_job(job: Job) -> None:
             f"{m.query_groups} query groups are not divisible by tp = {tp}",
             "choose a tensor-parallel size that divides the number of query groups (--num-query-groups)",
         )
-    if tp > sysm.gpus_per_node:
+    if par.summa:
+        from trainsim.workload.summa import check_summa
+
+        check_summa(job)
+    elif tp > sysm.gpus_per_node:
         warn("parallelism.tp", f"tp = {tp} spans nodes ({sysm.gpus_per_node} GPUs per node): expect slow TP comm")
     # pipeline
     if vpp > 1 and pp == 1:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from trainsim.errors import TrainsimError
 from trainsim.schedule import SCHEDULE_NAMES, schedule_help
 from trainsim.spec.base import Spec
 from trainsim.spec.flags import Flag
@@ -18,6 +20,10 @@ else:  # the registered schedule names (trainsim.schedule.SCHEDULES)
     Schedule = Literal[SCHEDULE_NAMES]
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
+#: Linear-layer sharding strategies of tensor parallelism: Megatron's 1D (column/row-parallel pairs) and the 2D
+#: SUMMA grid (:mod:`trainsim.workload.summa`).
+TENSOR_PARALLEL_MODES = ("1d", "summa")
+TensorParallelMode = Literal["1d", "summa"]
 
 
 class Parallelism(Spec):
@@ -72,6 +78,29 @@ class Parallelism(Spec):
                                     help="tensor parallel size of the expert layers (default: tp)")] = Field(
         default=None, gt=0, le=MAX_GPUS,
         description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); None: equal to tp")
+    tensor_parallel_mode: Annotated[TensorParallelMode, Flag(
+        "--tensor-parallel-mode", dimension="tensor_parallel_mode", megatron=False,
+        help="linear-layer sharding: 1d (Megatron, default) or summa (2D grid of --tp-rows × tp/rows GPUs)")] = Field(
+        default="1d", description="linear-layer sharding: 1d (Megatron's column/row-parallel pairs) or summa (2D "
+                                  "tp_rows × tp/tp_rows grid, SUMMA broadcasts pipelined against the GEMM blocks)")
+    tp_rows: Annotated[int | None, Flag(
+        "--tp-rows", dimension="tp_rows", megatron=False,
+        help="summa: rows of the tensor-parallel grid (columns = tp/rows; default: the largest divisor "
+             "≤ √tp)")] = Field(
+        default=None, gt=0, le=MAX_GPUS,
+        description="summa: rows R of the tensor-parallel grid (columns tp/R); None: the largest divisor of tp not "
+                    "above √tp")
+    summa_blocks: Annotated[int, Flag(
+        "--summa-blocks", dimension="summa_blocks", megatron=False,
+        help="summa: panels each GEMM is broadcast in, pipelined against the GEMM blocks (default 4)")] = Field(
+        default=4, gt=0, le=256, description="summa: panels (blocks) each GEMM's inner dimension is broadcast in")
+    tp_inner: Annotated[Literal["row", "col"], Flag(
+        "--tp-inner", dimension="tp_inner", megatron=False,
+        help="summa: grid group on adjacent ranks (inside the NVLink domain first): row (activation broadcasts, "
+             "default) or col (weight broadcasts)")] = Field(
+        default="row", description="summa: which grid group takes adjacent ranks (inside an NVLink domain first): "
+                                   "row (the tp/R GPUs of a grid row, broadcasting activation panels) or col (the R "
+                                   "GPUs of a grid column, broadcasting weight panels)")
 
     @field_validator("rank_order")
     @classmethod
@@ -88,6 +117,35 @@ class Parallelism(Spec):
             parse_pipeline_layout(value)
         return value
 
+    @model_validator(mode="after")
+    def _check_grid(self) -> Parallelism:
+        if self.tensor_parallel_mode == "1d":
+            if self.tp_rows is not None and self.tp_rows != 1:
+                raise TrainsimError("parallelism.tp_rows", f"--tp-rows {self.tp_rows} needs the 2D tensor-parallel "
+                                    "grid", "add --tensor-parallel-mode summa, or drop --tp-rows")
+            return self
+        if self.tp == 1:
+            raise TrainsimError("parallelism.tensor_parallel_mode", "summa needs tensor parallelism (tp = 1)",
+                                "give --tp > 1 (a grid of --tp-rows × tp/tp-rows GPUs), or use "
+                                "--tensor-parallel-mode 1d")
+        if self.tp_rows is not None and self.tp % self.tp_rows:
+            raise TrainsimError("parallelism.tp_rows", f"tp = {self.tp} is not divisible by tp_rows = {self.tp_rows}",
+                                "choose --tp-rows dividing --tp (columns = tp / rows)")
+        return self
+
+    @property
+    def summa(self) -> bool:
+        """Whether the linear layers use the 2D SUMMA grid."""
+        return self.tensor_parallel_mode == "summa" and self.tp > 1
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(rows R, columns C) of the tensor-parallel grid: ``(1, tp)`` in 1D mode (every rank one column)."""
+        if not self.summa:
+            return 1, self.tp
+        rows = self.tp_rows if self.tp_rows is not None else default_tp_rows(self.tp)
+        return rows, self.tp // rows
+
     @property
     def expert_tp(self) -> int:
         """Tensor-parallel size of the expert layers (``etp``, default ``tp``)."""
@@ -102,6 +160,12 @@ class Parallelism(Spec):
     def model_parallel_size(self) -> int:
         """GPUs holding one replica of the model: tp·pp·cp."""
         return self.tp * self.pp * self.cp
+
+
+def default_tp_rows(tp: int) -> int:
+    """The default rows of a ``tp``-GPU grid: the largest divisor of ``tp`` not above ``√tp`` (square when possible,
+    else more columns than rows)."""
+    return max(d for d in range(1, math.isqrt(tp) + 1) if tp % d == 0)
 
 
 _REPEAT = re.compile(r"\(([^()]*)\)\*(\d+)|([EtmL|])\*(\d+)")

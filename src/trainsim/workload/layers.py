@@ -44,6 +44,14 @@ class Shard:
     recompute_modules: tuple[str, ...] = ()
     moe_shared_expert_overlap: bool = False
     moe_a2a_overlap: bool = False
+    summa: bool = False  # 2D tensor parallelism: linear layers on a tp_rows × tp/tp_rows SUMMA grid
+    tp_rows: int = 1
+    summa_blocks: int = 1
+
+    @property
+    def tp_cols(self) -> int:
+        """Columns of the tensor-parallel grid (tp in 1D mode)."""
+        return self.tp // self.tp_rows
 
     @property
     def expert_tp(self) -> int:
@@ -119,6 +127,9 @@ def shard_of(job: Job) -> Shard:
         recompute_modules=tuple(tr.recompute_modules),
         moe_shared_expert_overlap=tr.moe_shared_expert_overlap,
         moe_a2a_overlap=tr.moe_a2a_overlap,
+        summa=par.summa,
+        tp_rows=par.grid[0],
+        summa_blocks=par.summa_blocks if par.summa else 1,
     )
 
 
@@ -469,6 +480,10 @@ def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
 @lru_cache(maxsize=4096)
 def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
     """One transformer layer (attention + MLP or MoE) for one micro-batch on one GPU."""
+    if shard.summa:
+        from trainsim.workload.summa import summa_layer_work
+
+        return summa_layer_work(model, shard)
     a = _attention_block(model, shard)
     m = _mlp_block(model, shard, moe)
     fwd = a.fwd + m.fwd
@@ -493,6 +508,10 @@ def _grad_accumulation(shard: Shard, name: str, params: float) -> tuple[ComputeO
 @lru_cache(maxsize=1024)
 def embedding_work(model: Model, shard: Shard) -> Work:
     """Input embedding on the first pipeline stage (vocabulary-parallel lookup, or a patch-embedding GEMM)."""
+    if shard.summa:
+        from trainsim.workload.summa import summa_embedding_work
+
+        return summa_embedding_work(model, shard)
     h, tp = model.hidden_size, shard.tp
     t = shard.tokens
     e = shard.act_bytes
@@ -520,6 +539,10 @@ def embedding_work(model: Model, shard: Shard) -> Work:
 def head_work(model: Model, shard: Shard) -> Work:
     """Final norm, output projection (LM head) and vocabulary-parallel cross-entropy on the last stage, followed by
     the multi-token-prediction modules (Megatron-Core places them on the last stage)."""
+    if shard.summa:
+        from trainsim.workload.summa import summa_head_work
+
+        return summa_head_work(model, shard)
     main = _head(model, shard, "")
     if not model.mtp_num_layers:
         return main

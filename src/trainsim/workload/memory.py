@@ -242,8 +242,8 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     v_h = model.padded_vocab_size(tp) * model.hidden_size / tp
     if stage == 0:
         params += v_h
-        if model.position_embedding_type == "learned_absolute":
-            params += model.seq_length * model.hidden_size
+        if model.position_embedding_type == "learned_absolute":  # replicated over 1D TP; a block of it per GPU on
+            params += model.seq_length * model.hidden_size / (tp if par.summa else 1)  # the grid ([s/R, h/C])
     head = job.head_stage
     if stage == head:
         params += norm
@@ -298,6 +298,11 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     schedule = job.pipeline
     inflight = schedule.in_flight(stage, pp, job.num_microbatches, par.vpp)
     activations = per_mb * inflight + full_layer
+    if par.summa:  # the gathered keys/values and panel buffers of the layer in flight
+        from trainsim.workload.layers import shard_of
+        from trainsim.workload.summa import workspace_bytes
+
+        activations += workspace_bytes(model, shard_of(job))
     head = job.head_stage
     if stage == head:  # logits and the loss chain (fz.logits_memory_bytes) until each micro-batch's backward
         vocab = model.padded_vocab_size(tp) / tp

@@ -12,8 +12,19 @@ from typing import Literal
 
 OpKind = Literal["gemm", "attention", "elementwise"]
 Phase = Literal["fwd", "bwd"]
-Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-Group = Literal["tp", "cp", "ep", "etp", "edp", "dp", "pp", "dp_cp", "embedding", "world"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "reduce"]
+#: ``tp_row``/``tp_col``: the row and column groups of the 2D (SUMMA) tensor-parallel grid (trainsim.workload.summa)
+Group = Literal["tp", "tp_row", "tp_col", "cp", "ep", "etp", "edp", "dp", "pp", "dp_cp", "embedding", "world"]
+#: Groups whose collectives run on the expert-parallel stream (token dispatch/combine, expert-TP gather/scatter);
+#: every other in-layer collective queues on the one communication stream.
+EP_GROUPS = frozenset({"ep", "etp"})
+#: Groups that belong to tensor parallelism (reported as ``tp_comm``).
+TP_GROUPS = frozenset({"tp", "tp_row", "tp_col"})
+
+
+def comm_stream(group: str) -> str:
+    """The stream a collective of ``group`` queues on inside a layer: ``"ep"`` or ``"comm"``."""
+    return "ep" if group in EP_GROUPS else "comm"
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
