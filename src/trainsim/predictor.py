@@ -7,14 +7,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from trainsim.cost.calibration import Calibration
-from trainsim.cost.job_costs import CostModel, default_cost_model
+from trainsim.cost.job_costs import CostModel, default_cost_model, kernel_model_of
 from trainsim.cost.moe import moe_breakdown
 from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
 from trainsim.metrics import SECONDS_PER_DAY, TrainingRun, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
-from trainsim.workload.memory import StageMemory, is_tight, memory_per_stage
+from trainsim.workload.memory import StageMemory, device_peak, memory_per_stage
 
 __all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
            "training_cost"]
@@ -58,6 +58,7 @@ class Prediction(BaseModel):
     measured_compute_fraction: float = 0.0
     measured_comm_fraction: float = 0.0
     approximations: list[str] = []
+    kernels: str = "analytic"  # GEMM/attention kernel model used: measured (H100 surface), tables or analytic
     moe: dict[str, Any] | None = None
     job: dict[str, Any]
     _timeline: Any = PrivateAttr(default=None)
@@ -174,22 +175,26 @@ def training_cost(job: Job, iteration_time_s: float, tokens: float,
 def memory_report(job: Job) -> MemoryOut:
     """Per-stage memory, peak and fit."""
     per_stage = memory_per_stage(job)
-    peak = max(s.total_bytes for s in per_stage)
     capacity = job.system.gpu.hbm_capacity
-    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=peak <= capacity,
-                     tight=is_tight(peak, capacity))
+    peak, fits, tight = device_peak(per_stage, capacity)
+    return MemoryOut(per_stage=per_stage, peak_bytes=peak, capacity_bytes=capacity, fits=fits, tight=tight)
 
 
 def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost_model: CostModel | None = None,
             calibration: Calibration | None = None, flops_convention: FlopsConvention = "megatron",
-            **engine_options: Any) -> Prediction:
+            kernels: str = "auto", **engine_options: Any) -> Prediction:
     """Predict one training job.
 
     ``engine="analytic"`` (default) is the closed-form estimator (microseconds); ``engine="event"`` runs the
     discrete-event simulator when it is installed. ``cost_model`` replaces the analytic op costs (e.g. measured
-    tables); ``calibration`` overrides the fitted constants.
+    tables); ``calibration`` overrides the fitted constants. ``kernels`` chooses the GEMM/attention kernel model of
+    the default cost model: ``auto`` (the measured H100 surface on Hopper GPUs, the analytic roofline elsewhere),
+    ``measured`` or ``analytic`` (:func:`~trainsim.cost.job_costs.default_cost_model`); the prediction's ``kernels``
+    says which one ran.
     """
-    model = cost_model or default_cost_model(job, calibration)
+    if cost_model is not None and kernels != "auto":
+        raise TrainsimError("kernels", "applies to the default cost model only", "drop kernels or cost_model")
+    model = cost_model or default_cost_model(job, calibration, kernels)
     if engine == "analytic":
         if engine_options:
             raise TrainsimError("engine", f"options {sorted(engine_options)} need the event engine",
@@ -231,6 +236,7 @@ def predict(job: Job, engine: Literal["analytic", "event"] = "analytic", *, cost
         measured_compute_fraction=est.measured_compute_fraction,
         measured_comm_fraction=est.measured_comm_fraction,
         approximations=approximations_of(job),
+        kernels=kernel_model_of(model),
         moe=moe_breakdown(job, model) if job.model.is_moe else None,
         job=job_summary(job),
         **extra,

@@ -70,6 +70,9 @@ def predict_command(
     engine: str = typer.Option("analytic", "--engine", help="analytic (closed form) or event (simulator)"),
     flops_convention: str = typer.Option("megatron", "--flops-convention", help="megatron or causal"),
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
+    kernels: str = typer.Option("auto", "--kernels",
+                                help="GEMM/attention kernel model: auto (measured H100 surface on Hopper, analytic "
+                                     "elsewhere), measured or analytic"),
     op_costs: list[str] = typer.Option([], "--op-costs", help="measured operator table(s) (trainsim profile)"),
     comm_costs: list[str] = typer.Option([], "--comm-costs", help="measured collective table(s) (nccl-tests)"),
     trace: str | None = typer.Option(None, "--trace", help="event engine: write a Chrome/Perfetto trace (.json, .gz)"),
@@ -111,6 +114,10 @@ def predict_command(
         raise TrainsimError("flops_convention", f"unknown convention {flops_convention!r}", "use megatron or causal")
     if engine not in ("analytic", "event"):
         raise TrainsimError("engine", f"unknown engine {engine!r}", "use analytic or event")
+    from trainsim.cost.job_costs import KERNEL_MODELS
+
+    if kernels not in KERNEL_MODELS:
+        raise TrainsimError("kernels", f"unknown kernel model {kernels!r}", "use auto, measured or analytic")
     given = {
         "--trace": trace is not None, "--trace-detail": trace_detail is not None,
         "--memory-timeline": memory_timeline is not None, "--slow-rank": bool(slow_rank),
@@ -149,7 +156,8 @@ def predict_command(
     if op_costs or comm_costs:
         from trainsim.cost.tables import measured_cost_model
 
-        cost_model = measured_cost_model(job, op_tables=op_costs, comm_tables=comm_costs, calibration=calib)
+        cost_model = measured_cost_model(job, op_tables=op_costs, comm_tables=comm_costs, calibration=calib,
+                                         kernels=kernels)
     options: dict[str, Any] = {}
     if engine == "event":
         options = {
@@ -164,7 +172,7 @@ def predict_command(
 
     with activity(f"{engine} engine", enabled=engine == "event"):
         result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
-                         flops_convention=flops_convention, **options)
+                         flops_convention=flops_convention, kernels="auto" if cost_model else kernels, **options)
     notes = megatron.all_notes() if megatron is not None else []
     if html is not None:
         import os

@@ -308,26 +308,47 @@ def zero3_overhead(layers: int, f: float, b: float, c: Zero3Comm, slowdown: floa
     return (fwd - layers * f) + (bwd - layers * b) + slowdown * hidden
 
 
+#: Kernel models ``default_cost_model`` offers: ``auto`` (measured where a surface exists), ``measured``, ``analytic``.
+KERNEL_MODELS = ("auto", "measured", "analytic")
+
+
 def default_cost_model(job: Job, calibration: Calibration | None = None,
                        kernels: str = "auto") -> AnalyticCostModel:
     """The cost model for ``job``'s system (calibrated for its GPU generation) and software stack.
 
-    ``kernels="auto"``: GEMM and attention kernels from the measured H100 efficiency surface on Hopper GPUs
-    (:mod:`trainsim.cost.kernel_surfaces`), the analytic roofline elsewhere; ``"analytic"``: roofline everywhere.
+    ``kernels`` chooses the GEMM and attention kernel model: ``"auto"`` (default) the measured H100 efficiency
+    surface on Hopper GPUs (:mod:`trainsim.cost.kernel_surfaces`; other Hopper parts use it as their shape model) and
+    the analytic roofline elsewhere; ``"measured"`` the surface, refused for a GPU without one; ``"analytic"`` the
+    roofline everywhere.
     """
     from trainsim.cost.kernel_surfaces import MEASURED_GPU, SurfaceCostModel, packaged_surface, uses_surface
     from trainsim.cost.tables import gpu_key
 
+    if kernels not in KERNEL_MODELS:
+        raise TrainsimError("kernels", f"unknown kernel model {kernels!r}", "use auto, measured or analytic")
     calib = calibration or calibration_for(job.system.gpu.generation)
     fw = job.framework
     opt = fw.optimizer_step_bytes(job.training.precision, bool(job.training.grads_in_fp32))
     gpu = job.system.gpu
-    if kernels == "auto" and uses_surface(gpu.name, gpu.generation):
+    surface = uses_surface(gpu.name, gpu.generation)
+    if kernels == "measured" and not surface:
+        raise TrainsimError("kernels", f"no measured kernel surface for {gpu.name} ({gpu.generation})",
+                            "use --kernels analytic or auto (measured surfaces: Hopper GPUs)")
+    if kernels != "analytic" and surface:
         return SurfaceCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s,
                                 surface=packaged_surface(), measured_gpu=gpu_key(gpu.name) == MEASURED_GPU)
-    if kernels not in ("auto", "analytic"):
-        raise TrainsimError("kernels", f"unknown kernel model {kernels!r}", "use auto or analytic")
     return AnalyticCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s)
+
+
+def kernel_model_of(model: object) -> str:
+    """Which kernel model ``model`` prices with: ``measured`` (the packaged measured surface), ``tables`` (the user's
+    measured operator tables, ``--op-costs``) or ``analytic``."""
+    from trainsim.cost.kernel_surfaces import SurfaceCostModel
+    from trainsim.cost.tables import MeasuredCostModel
+
+    if isinstance(model, MeasuredCostModel):
+        return "tables" if model.ops is not None else kernel_model_of(model.fallback)
+    return "measured" if isinstance(model, SurfaceCostModel) else "analytic"
 
 
 def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:

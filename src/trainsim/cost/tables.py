@@ -615,11 +615,12 @@ class CostTables:
     ops: OpTimes | None = None
     comm: CommTimes | None = None
 
-    def model_for(self, job: Job, calibration: Calibration | None = None) -> MeasuredCostModel:
-        """The cost model of ``job``: these tables, and the analytic model (``calibration`` or the calibration of
-        the job's GPU generation) where they do not reach. Raises if the tables come from another GPU."""
+    def model_for(self, job: Job, calibration: Calibration | None = None, kernels: str = "auto") -> MeasuredCostModel:
+        """The cost model of ``job``: these tables, and the default model (``calibration`` or the calibration of
+        the job's GPU generation, ``kernels`` as in :func:`default_cost_model`) where they do not reach. Raises if
+        the tables come from another GPU."""
         base = calibration or calibration_for(job.system.gpu.generation)
-        fallback = default_cost_model(job, base)
+        fallback = default_cost_model(job, base, kernels)
         job_gpu = gpu_key(job.system.gpu.name)
         if self.ops is not None:
             _check_gpu("op_costs", self.ops.gpu, job_gpu, job.system.gpu.name)
@@ -638,8 +639,8 @@ def load_cost_tables(op_tables: Sequence[str | Path | pd.DataFrame] = (),
 
 def measured_cost_model(job: Job, op_tables: Sequence[str | Path | pd.DataFrame] = (),
                         comm_tables: Sequence[str | Path | pd.DataFrame] = (),
-                        calibration: Calibration | None = None) -> MeasuredCostModel:
-    """A cost model for ``job`` from measured tables, with the analytic model as fallback.
+                        calibration: Calibration | None = None, kernels: str = "auto") -> MeasuredCostModel:
+    """A cost model for ``job`` from measured tables, with the default model (``kernels``) as fallback.
 
     Each of ``op_tables`` / ``comm_tables`` is a Parquet file, a folder of them, the name of a profile shipped with
     trainsim, or a DataFrame. Operator tables and collective tables are each merged (:func:`merge_tables`); all must
@@ -647,7 +648,7 @@ def measured_cost_model(job: Job, op_tables: Sequence[str | Path | pd.DataFrame]
     :class:`~trainsim.errors.TrainsimError`. To price many jobs, load once with :func:`load_cost_tables` and call
     :meth:`CostTables.model_for` per job.
     """
-    return load_cost_tables(op_tables, comm_tables).model_for(job, calibration)
+    return load_cost_tables(op_tables, comm_tables).model_for(job, calibration, kernels)
 
 
 def _check_gpu(field_name: str, table_gpu: str, job_gpu: str, job_gpu_name: str) -> None:

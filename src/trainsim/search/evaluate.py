@@ -18,7 +18,7 @@ from trainsim.estimate import BREAKDOWN_KEYS, estimate
 from trainsim.metrics import cost_per_iteration, peak_flops, training_run, utilization
 from trainsim.search.space import CandidateSpec, build_job
 from trainsim.workload.flops import iteration_flops
-from trainsim.workload.memory import is_tight, memory_per_stage
+from trainsim.workload.memory import device_peak, is_tight, memory_per_stage
 
 if TYPE_CHECKING:
     from trainsim.cost.calibration import Calibration
@@ -156,8 +156,8 @@ class Candidate:
 
 
 def _memory(job: Job) -> tuple[bool, float]:
-    peak = max(s.total_bytes for s in memory_per_stage(job))
-    return peak <= job.system.gpu.hbm_capacity, peak
+    peak, fits, _tight = device_peak(memory_per_stage(job), job.system.gpu.hbm_capacity)
+    return fits, peak
 
 
 def _evaluate_job(ctx: EvalContext, job: Job, memory: tuple[bool, float]) -> tuple[Any, ...]:

@@ -10,7 +10,8 @@
    fp32 params, fp32 grads         4 + 4 + 8      4 + 4 + 8/d
    ==============================  =============  =================================
 
-   (with 16-bit gradients the optimizer keeps an fp32 copy of its gradient shard). Routed-expert parameters are
+   (Megatron's theoretical table; with a framework profile the fp32 copy of 16-bit gradients is counted where it
+   lives, as a transient of the optimizer step, see :func:`main_grad_copy_bytes`). Routed-expert parameters are
    sharded over the expert-data-parallel group instead (``tp·cp·dp/(ep·etp)`` ranks), as Megatron-Core's distributed
    optimizer does with its expert-parallel buffers. ZeRO-2 also shards the gradients,
    ZeRO-3 the parameters (plus two gathered layers in flight). FP8 keeps a 1-byte copy of the weights next to the
@@ -26,12 +27,14 @@
    the LM head (a copy of the embedding when tied and pp > 1) and one micro-batch of logits (16-bit plus an fp32 copy
    for the cross-entropy).
 5. **Allowance** (``other_bytes``): CUDA context and library workspaces (:data:`CUDA_CONTEXT_BYTES`), NCCL buffers
-   (:data:`NCCL_BYTES_PER_GROUP` per communicator the stage uses) and allocator fragmentation
-   (:data:`FRAGMENTATION` of the dynamic memory: activations and logits).
+   (:data:`NCCL_BYTES_PER_GROUP` per communicator the stage uses) and the caching allocator's reserve
+   (:data:`FRAGMENTATION` of the dynamic memory: activations and logits). The reserve is released before the
+   allocator reports out of memory, so it makes a plan *tight* but not unfit (:func:`device_peak`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -68,6 +71,16 @@ class StageMemory(BaseModel):
     activations_bytes: float
     other_bytes: float
     optimizer_step_bytes: float = 0.0  # temporaries of the optimizer step (activations are freed by then)
+    allocator_reserve_bytes: float = 0.0  # the caching allocator's reserve, part of other_bytes
+
+    @property
+    def required_bytes(self) -> float:
+        """The peak that must be resident: :attr:`total_bytes` without the caching allocator's reserve.
+
+        PyTorch's caching allocator frees its unused cached blocks and retries before it reports out of memory
+        (``release_cached_blocks`` in ``c10/cuda/CUDACachingAllocator.cpp``), so the reserve fills what is free but
+        does not decide whether a plan fits: a plan fits when this does (:func:`device_peak`)."""
+        return self.total_bytes - self.allocator_reserve_bytes
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -91,17 +104,16 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int,
     recipe's FP8 weight copies).
 
     With a ``framework``, the optimizer holds its master weights (``main_params_dtype``; none when the optimizer
-    updates the parameters themselves), its two moments (``exp_avg_dtype``, ``exp_avg_sq_dtype``) and, when
-    gradients are 16-bit but master weights fp32, an fp32 copy of its gradient shard. Without one, Megatron's
-    table above (fp32 master weights and moments).
+    updates the parameters themselves) and its two moments (``exp_avg_dtype``, ``exp_avg_sq_dtype``); the fp32
+    copy of 16-bit gradients exists only during the step (:func:`main_grad_copy_bytes`). Without one, Megatron's
+    theoretical table above (which counts that copy as resident).
     """
     if grads_fp32 is None:
         grads_fp32 = precision != "fp16"
     if framework is not None:
         w = framework.param_bytes(precision)
         g = 4.0 if grads_fp32 else w
-        master = framework.master_bytes(precision)
-        o = master + framework.state_bytes() + (4.0 if master == 4.0 and not grads_fp32 else 0.0)
+        o = framework.master_bytes(precision) + framework.state_bytes()
     elif precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0
     elif grads_fp32:  # 16-bit params, fp32 grads: fp32 main params + Adam moments
@@ -117,6 +129,19 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int,
     if zero_stage >= 3:
         w /= shards
     return w, g, o
+
+
+def main_grad_copy_bytes(framework: Framework, precision: str, grads_fp32: bool | None) -> float:
+    """Bytes per (local) parameter of the fp32 gradient copy the optimizer makes at its step.
+
+    With 16-bit gradients and fp32 master weights, Megatron's optimizers set ``main_param.grad =
+    model_grad.float()`` just before the step (``_copy_model_grads_to_main_grads`` in
+    ``megatron/core/optimizer/{optimizer,distrib_optimizer}.py``; DeepSpeed ZeRO-1/2 likewise builds the fp32
+    gradient partition at the step) and ``zero_grad(set_to_none=True)`` frees it before the next forward pass: a
+    step transient, not a resident state. With fp32 gradients ``.float()`` is a view (no copy)."""
+    if grads_fp32 is None:
+        grads_fp32 = precision != "fp16"
+    return 4.0 if framework.master_bytes(precision) == 4.0 and not grads_fp32 else 0.0
 
 
 def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
@@ -311,12 +336,15 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     groups = sum(1 for size in (tp, cp, par.ep, job.dp, pp) if size > 1)
     if head != 0 and stage in (0, head) and not model.untie_embeddings_and_output_weights:
         groups += 1  # embedding group
-    other = fw.cuda_context_bytes + fw.nccl_bytes_per_group * groups + fw.allocator_fragmentation * activations
-    # the optimizer step's temporaries over the local (sharded) parameters
+    reserve = fw.allocator_fragmentation * activations
+    other = fw.cuda_context_bytes + fw.nccl_bytes_per_group * groups + reserve
+    # the optimizer step's temporaries over the local (sharded) parameters: foreach AdamW's denominators and the
+    # fp32 copy of 16-bit gradients
     local = (dense / (job.dp * cp) + expert / job.expert_dp) if sh.memory_stage >= 1 else dense + expert
-    step = local * fw.step_transient_bytes()
+    step = local * (fw.step_transient_bytes() + main_grad_copy_bytes(fw, tr.precision, tr.grads_in_fp32))
     return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
-                       activations_bytes=activations, other_bytes=other, optimizer_step_bytes=step)
+                       activations_bytes=activations, other_bytes=other, optimizer_step_bytes=step,
+                       allocator_reserve_bytes=reserve)
 
 
 #: A plan whose peak is within this fraction of the GPU's capacity "fits, tight": allocator fragmentation, NCCL
@@ -327,6 +355,20 @@ TIGHT_MARGIN = 0.10
 def is_tight(peak_bytes: float, capacity_bytes: float) -> bool:
     """Whether a plan that fits leaves less than :data:`TIGHT_MARGIN` of the capacity free."""
     return (1.0 - TIGHT_MARGIN) * capacity_bytes < peak_bytes <= capacity_bytes
+
+
+def device_peak(stages: Sequence[StageMemory], capacity_bytes: float) -> tuple[float, bool, bool]:
+    """``(peak_bytes, fits, tight)`` of a plan on a GPU of ``capacity_bytes``.
+
+    A plan fits when what must be resident (:attr:`StageMemory.required_bytes`, the peak without the allocator's
+    reserve) fits: the caching allocator releases its cache before failing. Its peak is then the full peak with the
+    reserve, but no more than the device holds (the cache only fills free memory); a plan that fits is **tight** when
+    that full peak is within :data:`TIGHT_MARGIN` of the capacity. A plan that does not fit reports its full peak.
+    """
+    total = max(s.total_bytes for s in stages)
+    fits = max(s.required_bytes for s in stages) <= capacity_bytes
+    peak = min(total, capacity_bytes) if fits else total
+    return peak, fits, fits and total > (1.0 - TIGHT_MARGIN) * capacity_bytes
 
 
 def memory_per_stage(job: Job) -> list[StageMemory]:
