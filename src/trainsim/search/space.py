@@ -44,7 +44,7 @@ from trainsim.spec.model import Model
 from trainsim.spec.parallelism import DEFAULT_RANK_ORDER, Parallelism
 from trainsim.spec.parallelism import DIMENSIONS as RANK_DIMENSIONS
 from trainsim.spec.system import System
-from trainsim.spec.training import Training, element_bytes
+from trainsim.spec.training import Training
 
 OPEN = "all"
 OPEN_WORDS = frozenset({"all", "*", "open"})
@@ -589,21 +589,18 @@ class _Enumerator:
         from trainsim.workload.flops import iteration_flops
         from trainsim.workload.fusion import fusion_of
         from trainsim.workload.layers import Shard, layer_work
-        from trainsim.workload.memory import layer_activation_bytes, saved_input_bytes
+        from trainsim.workload.memory import layer_activation_bytes
 
         tr, model = self.tr, self.model
-        e = element_bytes(tr.precision)
-        q = saved_input_bytes(tr.precision, tr.fp8_recipe)
         flags = (False, True) if model.is_moe else (False,)
         fusion = fusion_of(probe)
+        recipe = tr.fp8_recipe if tr.precision == "fp8" else None
         for moe in flags:
-            shards = [Shard(mbs, self.seq, tp, cp, ep, sp, tr.precision, probe.attention_path, mode, fusion)
-                      for mode in ("none", "selective")]
+            shards = [Shard(mbs, self.seq, tp, cp, ep, sp, tr.precision, probe.attention_path, mode, fusion,
+                            fp8_recipe=recipe) for mode in ("none", "selective")]
             if layer_work(model, shards[0], moe) != layer_work(model, shards[1], moe):
                 return False
-            sizes = [layer_activation_bytes(model, mbs, self.seq, tp, cp, sp, mode, probe.attention_path, e, moe,
-                                            q, fusion=fusion) for mode in ("none", "selective")]
-            if sizes[0] != sizes[1]:
+            if layer_activation_bytes(model, shards[0], moe) != layer_activation_bytes(model, shards[1], moe):
                 return False
         flops = [iteration_flops(probe.model_copy(update={"training": tr.model_copy(update={
             "recompute_granularity": mode, "micro_batch_size": mbs})})).hardware for mode in ("none", "selective")]

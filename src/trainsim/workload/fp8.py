@@ -49,3 +49,13 @@ RECIPES: dict[str, RecipeCost] = {
 def recipe_cost(recipe: str | None) -> RecipeCost:
     """Costs of ``recipe`` (``None``: Megatron's default, delayed scaling)."""
     return RECIPES[recipe or "delayed"]
+
+
+def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
+    """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies; else the
+    training element size)."""
+    if precision == "fp8":
+        return recipe_cost(fp8_recipe).saved_input_bytes
+    from trainsim.spec.training import element_bytes
+
+    return element_bytes(precision)

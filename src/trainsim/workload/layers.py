@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
-from trainsim.workload.fp8 import recipe_cost
+from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
 from trainsim.workload.ops import CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
 
@@ -78,6 +78,15 @@ class Shard:
     def act_bytes(self) -> float:
         """Bytes per activation element."""
         return element_bytes(self.precision)
+
+    @property
+    def saved_input_bytes(self) -> float:
+        """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies)."""
+        return saved_input_bytes(self.precision, self.fp8_recipe)
+
+    def with_recompute(self, recompute: str) -> Shard:
+        """This shard with another recompute mode (layers of one stage may differ: ``--recompute-num-layers``)."""
+        return self if recompute == self.recompute else dataclasses.replace(self, recompute=recompute)
 
     def p2p_bytes(self, hidden_size: int) -> float:
         """Bytes of one pipeline transfer (activation or its gradient) of this micro-batch: ``tokens·h/tp``
