@@ -158,3 +158,20 @@ def test_flag_metadata_is_checked():
     with pytest.raises(ValueError):
         Flag("num-layers", help="no leading dashes")
     assert NoFlag("why").reason == "why"
+
+
+def test_the_search_candidate_is_the_searched_spec_fields():
+    """A search candidate has exactly the search dimensions as fields, each one a Parallelism or Training field (or
+    the GPU count): a new searched field is declared once, on the spec."""
+    from trainsim.search.result import CANDIDATE_KEYS
+    from trainsim.search.space import PARALLELISM_DIMENSIONS, TRAINING_DIMENSIONS, CandidateSpec
+
+    assert set(CandidateSpec._fields) == set(DIMENSIONS)
+    assert set(CandidateSpec._fields) == {"num_gpus"} | set(PARALLELISM_DIMENSIONS) | set(TRAINING_DIMENSIONS)
+    assert set(PARALLELISM_DIMENSIONS.values()) <= set(Parallelism.model_fields)
+    assert set(TRAINING_DIMENSIONS.values()) <= set(Training.model_fields)
+    assert set(CandidateSpec._fields) <= set(CANDIDATE_KEYS)
+    spec = CandidateSpec(64, 8, 2, 1, 1, 1, 4, 2, "1f1b", "full", 1, True, "tp-cp-ep-dp-pp")
+    par = spec.parallelism
+    assert (par.tp, par.pp, par.dp, par.sequence_parallel, par.schedule) == (8, 2, 4, True, "1f1b")
+    assert spec.training_update() == {"micro_batch_size": 2, "recompute_granularity": "full", "zero_stage": 1}

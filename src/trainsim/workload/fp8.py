@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trainsim.spec.training import element_bytes
+
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
 
@@ -56,6 +58,4 @@ def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
     training element size)."""
     if precision == "fp8":
         return recipe_cost(fp8_recipe).saved_input_bytes
-    from trainsim.spec.training import element_bytes
-
     return element_bytes(precision)

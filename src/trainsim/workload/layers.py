@@ -86,7 +86,7 @@ class Shard:
 
     def with_recompute(self, recompute: str) -> Shard:
         """This shard with another recompute mode (layers of one stage may differ: ``--recompute-num-layers``)."""
-        return self if recompute == self.recompute else dataclasses.replace(self, recompute=recompute)
+        return self if recompute == self.recompute else _with_recompute(self, recompute)
 
     def p2p_bytes(self, hidden_size: int) -> float:
         """Bytes of one pipeline transfer (activation or its gradient) of this micro-batch: ``tokens·h/tp``
@@ -102,6 +102,11 @@ class Shard:
     def attention_dtype(self) -> str:
         """Data type of the attention kernels (TF32 tensor cores for fp32 jobs, 16-bit otherwise)."""
         return {"fp32": "tf32", "fp16": "fp16"}.get(self.precision, "bf16")
+
+
+@lru_cache(maxsize=4096)
+def _with_recompute(shard: Shard, recompute: str) -> Shard:
+    return dataclasses.replace(shard, recompute=recompute)
 
 
 @dataclass(frozen=True, slots=True)

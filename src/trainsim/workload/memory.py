@@ -289,8 +289,9 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     return params, expert
 
 
-def stage_memory(job: Job, stage: int) -> StageMemory:
-    """Peak memory of one GPU of ``stage``."""
+def stage_memory(job: Job, stage: int, shard: Shard | None = None) -> StageMemory:
+    """Peak memory of one GPU of ``stage`` (``shard``: the job's :func:`~trainsim.workload.layers.shard_of`, given
+    when the caller already has it)."""
     model, par, tr = job.model, job.parallelism, job.training
     tp, pp, cp = par.tp, par.pp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
@@ -298,7 +299,7 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     dense, expert = stage_parameter_split(job, stage)
     sh = sharding_of(job)
     fw = job.framework
-    shard = shard_of(job)  # one micro-batch on one GPU of this job: sizes, split, element bytes, recompute
+    shard = shard or shard_of(job)  # one micro-batch on one GPU of this job: sizes, split, element bytes, recompute
     w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
     we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
@@ -372,4 +373,5 @@ def device_peak(stages: Sequence[StageMemory], capacity_bytes: float) -> tuple[f
 
 def memory_per_stage(job: Job) -> list[StageMemory]:
     """Peak memory of every pipeline stage."""
-    return [stage_memory(job, s) for s in range(job.parallelism.pp)]
+    shard = shard_of(job)
+    return [stage_memory(job, s, shard) for s in range(job.parallelism.pp)]
