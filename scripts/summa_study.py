@@ -57,6 +57,10 @@ def _plan(c: dict | None) -> str:
     return f"tp {c['tp']}{grid}, cp {c['cp']}, pp {c['pp']}, dp {c['dp']}"
 
 
+def _time(c: dict | None) -> str:
+    return "—" if c is None else f"{c['iteration_time_s']:.2f}"
+
+
 def _best(cands: list[dict], pred) -> dict | None:  # type: ignore[no-untyped-def]
     for c in cands:  # ranked: fastest first
         if pred(c):
@@ -75,8 +79,9 @@ def main() -> None:
 
         check_output_path(args.out, "--out", directory=False)
     rows = ["| model | NVLink domain | GPUs | best plan | iteration (s) | MFU | best 1D plan | 1D (s) | best SUMMA "
-            "(s) | 1D / best |",
+            "(s) | no sequence sharding (s) |",
             "|---|---:|---:|---|---:|---:|---|---:|---:|---:|"]
+    best_time: dict[tuple[str, int, int], float] = {}
     for model in args.models.split(","):
         counts, _ = STUDIES[model]
         for gpus in counts[:1] if args.quick else counts:
@@ -88,16 +93,25 @@ def main() -> None:
                 best = cands[0] if cands else None
                 one_d = _best(cands, lambda c: c["tensor_parallel_mode"] == "1d")
                 grid = _best(cands, lambda c: c["tensor_parallel_mode"] == "summa")
+                # neither context parallelism nor grid rows split the sequence
+                unsplit = _best(cands, lambda c: c["cp"] == 1 and (c["tensor_parallel_mode"] == "1d"
+                                                                   or c["tp_rows"] == 1))
                 print(f"# {' '.join(cmd)}  ({time.perf_counter() - t0:.0f} s, {len(cands)} ranked)", file=sys.stderr)
                 if best is None:
                     rows.append(f"| {model} | {domain} | {gpus:,} | nothing fits | | | | | | |")
                     continue
-                ratio = one_d["iteration_time_s"] / best["iteration_time_s"] if one_d else float("nan")
+                best_time[model, gpus, domain] = best["iteration_time_s"]
                 rows.append(
                     f"| {model} | {domain} | {gpus:,} | {_plan(best)} | {best['iteration_time_s']:.2f} | "
                     f"{best['mfu']:.1%} | {_plan(one_d)} | "
-                    f"{one_d['iteration_time_s'] if one_d else float('nan'):.2f} | "
-                    f"{grid['iteration_time_s'] if grid else float('nan'):.2f} | {ratio:.2f} |")
+                    f"{_time(one_d)} | "
+                    f"{_time(grid)} | {_time(unsplit)} |")
+    rows += ["", "| model | GPUs | best iteration, domain 4 / domain 72 | domain 8 / domain 72 |",
+             "|---|---:|---:|---:|"]
+    for model, gpus in dict.fromkeys((m, n) for m, n, _ in best_time):
+        t = {d: best_time.get((model, gpus, d)) for d in DOMAINS}
+        if t[4] and t[8] and t[72]:
+            rows.append(f"| {model} | {gpus:,} | {t[4] / t[72]:.2f}× | {t[8] / t[72]:.2f}× |")
     text = "\n".join(rows)
     print(text)
     if args.out:

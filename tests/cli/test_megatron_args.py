@@ -102,3 +102,8 @@ def test_parse_maps_onto_job_options():
     assert "num_query_groups" not in gqa.options and "group-query-attention" in gqa.notes[0]
     with pytest.raises(TrainsimError, match="expects a value"):
         parse_megatron_args(["--num-layers"])
+
+
+def test_predict_help_is_help_not_a_megatron_flag(capsys):
+    code, out, err = run(["predict", "--help"], capsys)
+    assert code == 0 and "--tensor-model-parallel-size" in out, err

@@ -5,7 +5,7 @@ from trainsim.cost.comm import placements_of
 from trainsim.cost.job_costs import _time_work, default_cost_model
 from trainsim.graph.blocks import BlockLibrary, backward_order, simulate_ops
 from trainsim.graph.build import COMPUTE_KINDS, Kind, buckets_of, build_graph, chunk_layers, chunk_parameters
-from trainsim.graph.topology import Layout
+from trainsim.parallel.layout import Layout
 from trainsim.spec import load_model, load_system
 from trainsim.spec.job import Job
 from trainsim.spec.parallelism import Parallelism

@@ -38,6 +38,7 @@ class PredictCommand(JobCommand):
         from trainsim.cli.megatron_args import EXTRA_FLAGS, is_ignored
 
         known = {name for param in self.get_params(ctx) for name in (*param.opts, *param.secondary_opts)}
+        known |= set(ctx.help_option_names)  # `trainsim predict --help` is help, not a Megatron flag
         kept: list[str] = []
         extra: list[str] = []
         i = 0

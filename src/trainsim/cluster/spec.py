@@ -26,7 +26,7 @@ from trainsim.spec.base import Spec
 from trainsim.spec.system import System
 
 
-class Pool(Spec):
+class Pool(Spec, frozen=True):
     """A homogeneous group of nodes: ``system`` is a preset name or a system YAML file."""
 
     name: str = Field(min_length=1)
@@ -71,13 +71,13 @@ class Pool(Spec):
         return self.resolved_system.price_per_gpu_hour
 
 
-class Topology(Spec):
+class Topology(Spec, frozen=True):
     """Racks of ``nodes_per_rack`` consecutive nodes (placement keeps a job inside as few racks as it can)."""
 
     nodes_per_rack: int = Field(default=16, gt=0)
 
 
-class Failures(Spec):
+class Failures(Spec, frozen=True):
     """Node failures: exponential time between failures per node, fixed repair time, restart cost of a hit job."""
 
     node_mtbf_h: float = Field(gt=0)
@@ -85,7 +85,7 @@ class Failures(Spec):
     restart_s: float = Field(default=300.0, ge=0)
 
 
-class Stragglers(Spec):
+class Stragglers(Spec, frozen=True):
     """Straggling nodes: Poisson onsets per node and day; one GPU of the node computes ``slowdown``× slower for
     ``duration_h``. The slowdown of a job on that node comes from the event engine for the job's plan."""
 
@@ -94,7 +94,7 @@ class Stragglers(Spec):
     duration_h: float = Field(default=2.0, gt=0)
 
 
-class ClusterSpec(Spec):
+class ClusterSpec(Spec, frozen=True):
     """The whole cluster."""
 
     pools: list[Pool] = Field(min_length=1)

@@ -1,10 +1,8 @@
 """Communication cost: α-β collectives over a two-tier network, with placement from the rank order.
 
-Placement. Global ranks are laid out by ``rank_order`` (fastest-varying dimension first, Megatron's
-``tp-cp-ep-dp-pp`` by default) and packed ``gpus_per_node`` to a node (an NVLink/NVSwitch domain). For each
-parallel dimension we enumerate the group that contains rank 0 and count how many nodes it spans and how many of its
-members share a node (:class:`Placement`). Expert groups use Megatron's expert rank generator (cp folded into the
-expert data-parallel dimension).
+Placement. Which GPUs of a group share a node (:class:`~trainsim.parallel.layout.Placement`) comes from the job's
+:class:`~trainsim.parallel.layout.Layout` (rank order, strides, dense and expert grids); this module prices a
+collective over such a placement.
 
 Bandwidth. Inside a node a GPU reaches ``nvlink_bandwidth · nvlink_efficiency`` per direction. Across nodes, a
 group's traffic leaves each node through the NICs of its members there (rail-optimised: each GPU owns
@@ -21,105 +19,28 @@ send/recv costs ``α + S/B`` on the link between the two GPUs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from trainsim.cost.calibration import Calibration
 from trainsim.cost.nccl import Links, collective_seconds
+from trainsim.parallel.axes import DEFAULT_RANK_ORDER
+from trainsim.parallel.layout import SINGLE, Layout, Placement, Placements, placements_of
 from trainsim.spec.system import System
 from trainsim.workload.ops import Collective
 
-if TYPE_CHECKING:
-    from trainsim.spec.job import Job
+__all__ = ["SINGLE", "Algorithm", "Placement", "Placements", "collective_time", "group_placements", "link",
+           "nccl_links", "placements_of"]
 
 Algorithm = Literal["auto", "ring", "tree", "nvls"]
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where the members of one communication group sit."""
-
-    size: int
-    per_node: int
-    nodes: int
-
-    @property
-    def crosses_nodes(self) -> bool:
-        """True when the group spans more than one node."""
-        return self.nodes > 1
-
-
-SINGLE = Placement(1, 1, 1)
-
-
-def _strides(order: list[str], sizes: dict[str, int]) -> dict[str, int]:
-    strides, acc = {}, 1
-    for dim in order:
-        strides[dim] = acc
-        acc *= sizes[dim]
-    return strides
-
-
-def _placement(members: list[int], gpus_per_node: int) -> Placement:
-    counts: dict[int, int] = {}
-    for r in members:
-        node = r // gpus_per_node
-        counts[node] = counts.get(node, 0) + 1
-    return Placement(len(members), max(counts.values()), len(counts))
-
-
-def grid_offsets(rows: int, cols: int, tp_inner: str) -> tuple[list[int], list[int]]:
-    """Tensor-parallel ranks (offsets inside the TP group, in units of its stride) of the row group (the ``cols``
-    GPUs of grid row 0) and of the column group (the ``rows`` GPUs of grid column 0) of a ``rows × cols`` SUMMA grid.
-    ``tp_inner="row"``: TP rank ``i·cols + j`` holds grid cell ``(i, j)`` (row groups adjacent); ``"col"``: ``j·rows
-    + i`` (column groups adjacent)."""
-    if tp_inner == "row":
-        return list(range(cols)), [i * cols for i in range(rows)]
-    return [j * rows for j in range(cols)], list(range(rows))
-
-
-@lru_cache(maxsize=8192)
-def group_placements(rank_order: str, tp: int, cp: int, ep: int, dp: int, pp: int,
-                     gpus_per_node: int, etp: int | None = None, grid: tuple[int, int] | None = None,
-                     tp_inner: str = "row") -> dict[str, Placement]:
-    """Placement of the tp, cp, dp, dp_cp, pp, ep, etp, edp, embedding and world groups that contain global rank 0,
-    and with a 2D tensor-parallel ``grid`` (rows, columns) of its ``tp_row`` and ``tp_col`` groups.
-
-    The expert groups follow Megatron-Core's expert rank generator (parallel folding): the same global ranks are
-    re-read as an ``etp × ep × edp × pp`` grid in the rank order with cp removed, ``edp = tp·cp·dp/(ep·etp)``.
-    """
-    order = rank_order.split("-")
-    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
-    st = _strides(order, dense)
-    out: dict[str, Placement] = {}
-    for dim in ("tp", "cp", "dp", "pp"):
-        out[dim] = _placement([i * st[dim] for i in range(dense[dim])], gpus_per_node)
-    if grid is not None:
-        row, col = grid_offsets(grid[0], grid[1], tp_inner)
-        out["tp_row"] = _placement([t * st["tp"] for t in row], gpus_per_node)
-        out["tp_col"] = _placement([t * st["tp"] for t in col], gpus_per_node)
-    out["dp_cp"] = _placement([i * st["dp"] + j * st["cp"] for i in range(dp) for j in range(cp)], gpus_per_node)
-    out["embedding"] = _placement(sorted({0, (pp - 1) * st["pp"]}), gpus_per_node)
-    world = tp * cp * dp * pp
-    out["world"] = Placement(world, min(world, gpus_per_node), -(-world // gpus_per_node))
-    etp = tp if etp is None else etp
-    edp = max(1, tp * cp * dp // (ep * etp))
-    expert = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
-    est = _strides(order, expert)
-    out["ep"] = _placement([i * est["ep"] for i in range(ep)], gpus_per_node)
-    if ep > 1 or etp != tp:  # expert groups differ from the dense ones only then
-        out["etp"] = _placement([i * est["tp"] for i in range(etp)], gpus_per_node)
-        out["edp"] = _placement([i * est["dp"] for i in range(edp)], gpus_per_node)
-    return out
-
-
-def placements_of(job: Job) -> dict[str, Placement]:
-    """Placements of the groups of ``job``."""
-    par = job.parallelism
-    grid = par.grid if par.summa else None
-    return group_placements(par.rank_order, par.tp, par.cp, par.ep, job.dp, par.pp, job.system.gpus_per_node,
-                            par.expert_tp, grid, par.tp_inner)
+def group_placements(rank_order: str = DEFAULT_RANK_ORDER, tp: int = 1, cp: int = 1, ep: int = 1, dp: int = 1,
+                     pp: int = 1, gpus_per_node: int = 8, etp: int | None = None, grid: tuple[int, int] | None = None,
+                     tp_inner: str = "row") -> Placements:
+    """Placement of every communication group that contains global rank 0 (:class:`~trainsim.parallel.layout.Layout`
+    owns the strides and groups; this is its placement table for scalar sizes). With a 2D tensor-parallel ``grid``
+    (rows, columns) it includes the ``tp_row`` and ``tp_col`` groups."""
+    return Layout.create(tp, cp, ep, dp, pp, rank_order, gpus_per_node, etp, grid, tp_inner).placements
 
 
 def link(place: Placement, system: System, calib: Calibration, job_nodes: int,

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 from trainsim.cost.calibration import Calibration, calibration_for
-from trainsim.cost.comm import Placement, collective_time, placements_of
+from trainsim.cost.comm import Placement, Placements, collective_time, placements_of
 from trainsim.cost.compute import op_time
 from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
@@ -167,7 +167,7 @@ class StageCost:
         return self.total.bwd + self.zero3_exposed / 2
 
 
-def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_comm_overlap: bool,
+def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap: bool,
                recompute_comm: bool = True, split_backward: bool = False) -> BlockCost:
     c = model.compute
     fwd_ops = {op.name: op for op in work.fwd}
@@ -187,7 +187,7 @@ def _time_work(work: Work, model: CostModel, places: dict[str, Placement], tp_co
         # engine): each is exposed by what the queue so far outlasts that op
         queued: dict[tuple[str, str], float] = {}
         for op in ops:
-            t = model.collective(op, places.get(op.group, places["tp"]))
+            t = model.collective(op, places[op.group])
             out.comm += t
             if model.is_measured(op):
                 out.comm_measured += t
@@ -229,7 +229,7 @@ def ddp_bucket_params(job: Job) -> float:
 
 
 def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param: float, bucket_params: float,
-              place: Placement, group: Group = "dp_cp") -> tuple[float, float]:
+              place: Placement, group: Group = Group.DP_CP) -> tuple[float, float]:
     """(all buckets, one bucket) of a data-parallel collective over ``params`` parameters: Megatron's DDP issues one
     collective per bucket, so every bucket pays the collective's latency."""
     if params <= 0:
@@ -242,12 +242,11 @@ def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param
 
 
 def _dp_sync(model: CostModel, kind: Collective, dense: float, expert: float, bytes_per_param: float,
-             bucket_params: float, places: dict[str, Placement]) -> tuple[float, float]:
+             bucket_params: float, places: Placements) -> tuple[float, float]:
     """(all buckets, last bucket) of a data-parallel collective: non-expert parameters over dp·cp, routed-expert
     parameters over the expert-data-parallel group (their own DDP buffers in Megatron-Core)."""
-    d_all, d_one = _bucketed(model, kind, dense, bytes_per_param, bucket_params, places["dp_cp"])
-    e_all, e_one = _bucketed(model, kind, expert, bytes_per_param, bucket_params,
-                             places.get("edp", places["dp_cp"]), "edp")
+    d_all, d_one = _bucketed(model, kind, dense, bytes_per_param, bucket_params, places[Group.DP_CP])
+    e_all, e_one = _bucketed(model, kind, expert, bytes_per_param, bucket_params, places[Group.EDP], Group.EDP)
     return d_all + e_all, max(d_one, e_one)
 
 
@@ -273,9 +272,9 @@ def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params:
         return None
     k = sh.collectives_per_layer
     per_layer = stage_params / max(layers, 1)
-    ag = k * model.collective(CommOp("zero3_gather", "all_gather", "dp_cp", "fwd", per_layer * sh.param_bytes / k),
+    ag = k * model.collective(CommOp("zero3_gather", "all_gather", Group.DP_CP, "fwd", per_layer * sh.param_bytes / k),
                               place)
-    rs = k * model.collective(CommOp("zero3_rs", "reduce_scatter", "dp_cp", "bwd",
+    rs = k * model.collective(CommOp("zero3_rs", "reduce_scatter", Group.DP_CP, "bwd",
                                      per_layer * sh.grad_reduce_bytes / k), place)
     return Zero3Comm(ag, rs, sh.prefetch_depth, sh.reshard_after_forward)
 
@@ -356,7 +355,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
     par, tr = job.parallelism, job.training
     shard: Shard = shard_of(job)
     places = placements_of(job)
-    overlap = tr.tp_comm_overlap
+    overlap = bool(tr.tp_comm_overlap)  # resolved by the Job (None only on an unresolved Training)
     blocks: dict[tuple[bool, str], BlockCost] = {}
 
     def block(kind: tuple[bool, str]) -> BlockCost:
@@ -374,16 +373,17 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
     empty = BlockCost()
 
     act = shard.p2p_bytes(job.model.hidden_size)
-    p2p = model.collective(CommOp("pp_p2p", "send_recv", "pp", "fwd", act), places["pp"]) if par.pp > 1 else 0.0
+    p2p = model.collective(CommOp("pp_p2p", "send_recv", Group.PP, "fwd", act), places[Group.PP]) if par.pp > 1 else 0.0
     if par.pp > 1 and not job.sequence_parallel and par.tp > 1:
         # scatter/gather optimisation: each TP rank sends 1/tp, then an all-gather inside the node
-        p2p += model.collective(CommOp("pp_gather", "all_gather", "tp", "fwd", act * par.tp), places["tp"])
+        p2p += model.collective(CommOp("pp_gather", "all_gather", Group.TP, "fwd", act * par.tp),
+                                 places[Group.TP])
 
     sh = sharding_of(job)
     shards = sh.shards
     grad_bytes_pp = sh.grad_reduce_bytes
     bucket_params = ddp_bucket_params(job)
-    dp_place = places["dp_cp"]
+    dp_place = places[Group.DP_CP]
     slow = model.calibration.overlap_slowdown
     stages = []
     for s, layers in enumerate(job.layers_per_stage):
@@ -403,9 +403,9 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         tied_copy = job.head_stage != 0 and not job.model.untie_embeddings_and_output_weights
         if tied_copy and s in (0, job.head_stage):
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
-            emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", "embedding", "bwd",
-                                               v_h * grad_bytes_pp), places["embedding"])
-        local = dense / shards + expert / job.expert_dp if tr.zero_stage >= 1 else params
+            emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", Group.EMBEDDING, "bwd",
+                                               v_h * grad_bytes_pp), places[Group.EMBEDDING])
+        local = dense / shards + expert / job.expert_dp if sh.zero_stage >= 1 else params
         opt = model.optimizer_step(local)
         zero3 = 0.0
         comm = zero3_layer_comm(job, model, dp_place, params, layers)

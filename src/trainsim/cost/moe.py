@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainsim.cost.comm import placements_of
+from trainsim.cost.comm import Placements, placements_of
 from trainsim.cost.job_costs import CostModel, _time_work, default_cost_model
+from trainsim.parallel.axes import Group
 from trainsim.workload.layers import Work, layer_work, shard_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -29,7 +30,7 @@ COMM: tuple[tuple[str, str], ...] = (
 )
 
 
-def _categorise(work: Work, model: CostModel, places: dict[str, Any]) -> dict[str, float]:
+def _categorise(work: Work, model: CostModel, places: Placements) -> dict[str, float]:
     out: dict[str, float] = {}
     for op in (*work.fwd, *work.bwd, *work.recompute):
         for prefix, key in CATEGORIES:
@@ -42,7 +43,7 @@ def _categorise(work: Work, model: CostModel, places: dict[str, Any]) -> dict[st
     for op in (*work.comm_fwd, *work.comm_bwd):
         for prefix, key in COMM:
             if op.name.startswith(prefix):
-                out[key] = out.get(key, 0.0) + model.collective(op, places.get(op.group, places["tp"]))
+                out[key] = out.get(key, 0.0) + model.collective(op, places[op.group])
                 break
     return out
 
@@ -67,11 +68,11 @@ def moe_breakdown(job: Job, cost_model: CostModel | None = None) -> dict[str, An
             for key, t in _categorise(work, model, places).items():
                 totals[key] = totals.get(key, 0.0) + n * t
             block = _time_work(work, model, places, bool(job.training.tp_comm_overlap))
-            totals["ep_exposed_s"] = totals.get("ep_exposed_s", 0.0) + n * block.exposed.get("ep", 0.0)
+            totals["ep_exposed_s"] = totals.get("ep_exposed_s", 0.0) + n * block.exposed.get(Group.EP, 0.0)
             layers += n
         per_stage.append({"stage": s, "moe_layers": layers, "per_microbatch": totals,
                           "per_iteration": {k: v * job.num_microbatches for k, v in totals.items()}})
-    ep_place, edp_place = places["ep"], places.get("edp", places["dp_cp"])
+    ep_place, edp_place = places[Group.EP], places[Group.EDP]
     return {
         "num_experts": m.num_experts, "topk": m.moe_router_topk, "moe_layers": m.num_moe_layers,
         "mtp_layers": m.mtp_num_layers, "ep": par.ep, "etp": par.expert_tp, "expert_dp": job.expert_dp,

@@ -171,9 +171,10 @@ def _algbw(coll: Reduction, algo: str, proto: str, links: Links, nbytes: float) 
 def _candidates(coll: Reduction, links: Links) -> list[tuple[Algorithm, Protocol]]:
     out: list[tuple[Algorithm, Protocol]] = [("ring", p) for p in PROTOCOLS]
     if coll == "all_reduce":
-        out += [("tree", p) for p in PROTOCOLS]
+        out.extend(("tree", p) for p in PROTOCOLS)
         if links.nvls and links.ranks // links.nodes > 2:
-            out.append(("nvls", "Simple") if links.nodes == 1 else ("nvls_tree", "Simple"))
+            algo: Algorithm = "nvls" if links.nodes == 1 else "nvls_tree"
+            out.append((algo, "Simple"))
     return out
 
 

@@ -56,7 +56,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -66,6 +66,7 @@ from trainsim.cost.comm import Placement
 from trainsim.cost.job_costs import AnalyticCostModel, default_cost_model
 from trainsim.errors import TrainsimError
 from trainsim.io.atomic import atomic_path
+from trainsim.io.frames import as_int, rows_as
 from trainsim.workload.ops import CommOp, ComputeOp
 
 if TYPE_CHECKING:
@@ -161,8 +162,33 @@ def op_key_columns(op: ComputeOp) -> dict[str, Any]:
     return row
 
 
-def _row_key(r: Any) -> tuple[object, ...]:
-    """:attr:`ComputeOp.key` of a table row (a namedtuple from ``itertuples``)."""
+class _OpRow(NamedTuple):
+    """The columns of an op table that keys and interpolation read (types as in :data:`OP_COLUMNS`)."""
+
+    name: str
+    phase: str
+    kind: str
+    dtype: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    attn_batch: int
+    attn_heads: int
+    attn_seq_q: int
+    attn_seq_kv: int
+    attn_head_dim: int
+    attn_causal: bool
+    bytes: int
+    layout: str
+    flops: float
+    params: int
+    time_s: float
+    source: str
+
+
+def _row_key(r: _OpRow) -> tuple[object, ...]:
+    """:attr:`ComputeOp.key` of a table row."""
     if r.kind == "gemm":
         shape: tuple[object, ...] = (int(r.batch), int(r.m), int(r.n), int(r.k))
     elif r.kind == "attention":
@@ -292,8 +318,8 @@ def merge_tables(tables: Sequence[str | Path | pd.DataFrame], kind: str) -> pd.D
         return normalize(pd.DataFrame({c: [] for c in (OP_REQUIRED if kind == "ops" else COMM_REQUIRED)}), kind)
     df = pd.concat(frames, ignore_index=True)
     if kind == "ops":
-        df["_key"] = [_row_key(r) if r.kind != "optimizer" else ("optimizer", str(r.dtype), int(r.params))
-                      for r in df.itertuples(index=False)]
+        df["_key"] = pd.Series([_row_key(r) if r.kind != "optimizer" else ("optimizer", str(r.dtype), int(r.params))
+                                for r in rows_as(df, _OpRow)], index=df.index, dtype=object)
         keep = df.groupby("_key", sort=False)["_order"].transform("max") == df["_order"]
         df = df[keep].drop(columns=["_key"])
     else:
@@ -352,7 +378,7 @@ class _Grid:
                 w *= (t if upper else 1.0 - t) if i != j else 1.0
             if w == 0.0:
                 continue
-            v = self.values[tuple(idx)]
+            v = float(self.values[tuple(idx)])
             if math.isnan(v):
                 return None
             total += w * v
@@ -407,7 +433,7 @@ class OpTimes:
         attn_pts: dict[tuple[str, str, int, bool], dict[tuple[float, ...], list[float]]] = {}
         sizes: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         opt: dict[str, list[tuple[int, float]]] = {}
-        for r in df.itertuples(index=False):
+        for r in rows_as(df, _OpRow):
             t = float(r.time_s)
             if not (t > 0 and math.isfinite(t)):
                 continue
@@ -488,7 +514,7 @@ class CommTimes:
             use = oop if len(oop) else g
             s = _Series.build(zip(use["nbytes"].astype(float), use["time_s"].astype(float), strict=True))
             if s.log_sizes:
-                out.groups[(str(coll), int(ranks), int(nodes))] = s
+                out.groups[(str(coll), as_int(ranks), as_int(nodes))] = s
         return out
 
     def _series_for(self, op: CommOp, place: Placement) -> _Series | None:

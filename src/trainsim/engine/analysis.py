@@ -25,9 +25,8 @@ from trainsim.engine.contention import covered, union_intervals
 from trainsim.engine.timeline import Timeline
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.graph.build import COMPUTE_KINDS, Kind
+from trainsim.parallel.axes import BREAKDOWN_KEY
 
-GROUP_KEY = {"tp": "tp_comm", "tp_row": "tp_comm", "tp_col": "tp_comm", "cp": "cp_comm", "ep": "ep_comm",
-             "dp": "dp_comm"}
 STAGE_KEYS = ("busy_s", "idle_s", "compute_s", "comm_exposed_s", "optimizer_s", "pp_wait_s", "dp_wait_s",
               "optimizer_wait_s", "bubble_s")
 
@@ -158,12 +157,8 @@ def analyse(tl: Timeline) -> tuple[dict[str, float], list[float], int, dict[str,
         if k == 0:
             crit_stage, crit_cls = int(s), int(c)
         acc["compute"] += float(x["compute_s"][s])
-        for key, name in GROUP_KEY.items():
-            if f"comm:{key}" in x:
-                acc[name] += float(x[f"comm:{key}"][s])
-        other_groups = [gk for gk in ua.groups if gk not in GROUP_KEY]
-        for gk in other_groups:
-            acc["tp_comm"] += float(x[f"comm:{gk}"][s])
+        for gk in ua.groups:  # every group's stall under its breakdown entry (expert-TP under tp_comm)
+            acc[BREAKDOWN_KEY[gk]] += float(x[f"comm:{gk}"][s])
         acc["dp_comm"] += float(x["comm:param_gather"][s])
         acc["pp_comm"] += float(x["pp_wait_s"][s])
         acc["dp_comm"] += float(x["dp_wait_s"][s])

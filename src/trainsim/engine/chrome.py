@@ -81,7 +81,7 @@ def trace_events(tl: Timeline, detail: str = "auto") -> tuple[pd.DataFrame, dict
     opt = np.flatnonzero(kind == Kind.OPT)
     p2p = np.flatnonzero((kind == Kind.SEND_F) | (kind == Kind.SEND_B))
     dp = np.flatnonzero((kind == Kind.PARAM_AG) | (kind == Kind.GRAD_RS))
-    grad_kind = "reduce-scatter" if job.training.zero_stage >= 1 else "all-reduce"
+    grad_kind = "reduce-scatter" if (job.training.zero_stage or 0) >= 1 else "all-reduce"  # resolved by the Job
     letter = {Kind.FWD: "F", Kind.BWD: "B", Kind.WGT: "W"}
     sc = tl.scenario
     for k in range(tl.steps):
@@ -151,13 +151,14 @@ def trace_events(tl: Timeline, detail: str = "auto") -> tuple[pd.DataFrame, dict
             events[col] = pd.Series([None if v != v else int(v) for v in values.tolist()], dtype=object)
     names, order = {}, {}
     tp, cp = job.parallelism.tp, job.parallelism.cp
+    group = f"TP×CP group of {tp * cp} GPUs" if tp * cp > 1 else "1 GPU"
     for cls in range(R):
         reps = tl.replicas_of(cls)
+        first = reps[0]
+        who = (f"all {len(reps)} DP replicas" if len(reps) == job.dp and job.dp > 1
+               else f"DP replica{'s' if len(reps) > 1 else ''} {ranges(reps)}")
         for s in range(p):
-            rank = int(tl.layout.representative(reps[0], s))
-            group = f"TP×CP group of {tp * cp} GPUs" if tp * cp > 1 else "1 GPU"
-            who = (f"all {len(reps)} DP replicas" if len(reps) == job.dp and job.dp > 1
-                   else f"DP replica{'s' if len(reps) > 1 else ''} {ranges(reps)}")
+            rank = int(tl.layout.representative(first, s))
             names[cls * p + s] = f"stage {s} · {who} · rank {rank} ({group})"
             order[cls * p + s] = cls * p + s
     return events, names, order, detail

@@ -23,6 +23,8 @@ import numpy as np
 
 from trainsim.graph.build import COMPUTE_KINDS, DP_KINDS, Graph, Kind
 
+_NONE = np.empty(0)  # an empty float array (never written)
+
 
 def _offsets(group: np.ndarray, span: float) -> np.ndarray:
     return group.astype(np.float64) * span
@@ -229,6 +231,7 @@ class Interactions:
         # flows that meet in-block traffic of a compute task (background load)
         bg_rows = np.flatnonzero(fc)
         bg_hit = np.zeros(len(size), dtype=bool)
+        bgrp = ba = bb = _NONE  # group, start and end of each background interval (set when there are some)
         if bg_rows.size:
             bgrp = (res[bg_rows][:, None] * cols + cidx).ravel()
             ba = start[ft[bg_rows]].ravel()

@@ -34,6 +34,7 @@ from trainsim.engine.timeline import Timeline
 from trainsim.errors import TrainsimError
 from trainsim.graph.build import Kind
 from trainsim.io import traces as tr
+from trainsim.io.frames import as_int
 
 
 def _trial_name(meta_path: str | os.PathLike[str] | None, default: str) -> str:
@@ -52,7 +53,7 @@ def trace_meta(tl: Timeline, trial_name: str) -> tr.TraceMeta:
     par = tl.job.parallelism
     groups: tuple[int, ...] = ()
     if par.ep > 1:
-        from trainsim.graph.topology import Layout
+        from trainsim.parallel.layout import Layout
 
         groups = tuple(int(x) for x in Layout.of(tl.job).ep_coupling())
     return tr.TraceMeta(trial_name=trial_name, dp_size=tl.job.dp, pp_size=par.pp, tp_size=par.tp,
@@ -96,7 +97,7 @@ def _unit_ops(tl: Timeline) -> pd.DataFrame:
             frame = pd.DataFrame({"t": ids, "s": g.stage[ids], "c": g.chunk[ids]})
             for (s, c), grp in frame.groupby(["s", "c"], sort=True):
                 members = grp["t"].to_numpy()
-                rows.append((opt, int(s), int(members[-1]), "arrive", int(members[0]), int(c), -1, -1))
+                rows.append((opt, as_int(s), int(members[-1]), "arrive", int(members[0]), as_int(c), -1, -1))
     for t in np.flatnonzero(kind == Kind.LN_AR).tolist():
         rows.append((tr.LAYERNORM_GRADS_ALL_REDUCE, int(g.stage[t]), t, "start", t, -1, -1, -1))
     for t in np.flatnonzero(kind == Kind.GRAD_WAIT).tolist():

@@ -23,7 +23,8 @@ from trainsim.engine.stragglers import Scenario, heterogeneity, scenario
 from trainsim.engine.timeline import Timeline
 from trainsim.errors import TrainsimError
 from trainsim.graph.build import COMPUTE_KINDS, Graph, Kind, build_graph
-from trainsim.graph.topology import Layout
+from trainsim.parallel.axes import Group
+from trainsim.parallel.layout import Layout
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -80,7 +81,7 @@ def durations(g: Graph, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarra
     emb = np.flatnonzero(kind == Kind.EMB_AR)
     base[emb] = g.cost[emb][:, None] * sc.emb_link[col_cls][None, :]
     ln = np.flatnonzero(kind == Kind.LN_AR)
-    tp_link = sc.unit_link if g.crosses.get("tp", False) else np.ones_like(sc.unit_link)
+    tp_link = sc.unit_link if g.crosses[Group.TP] else np.ones_like(sc.unit_link)
     base[ln] = g.cost[ln][:, None] * tp_link[col_cls[None, :], g.stage[ln][:, None]]
     clip = np.flatnonzero(kind == Kind.CLIP)
     base[clip] = g.cost[clip][:, None]

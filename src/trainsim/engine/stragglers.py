@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainsim.errors import TrainsimError
-from trainsim.graph.topology import Layout
+from trainsim.parallel.axes import Group
+from trainsim.parallel.layout import Layout
 
 MAX_SEQ_LEN_CV = 3.0
 
@@ -161,7 +162,7 @@ def sequence_ratios(cv: float, seed: int, steps: int, dp: int, m: int) -> np.nda
     return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), size=(steps, dp, m))
 
 
-def scenario(layout: Layout, het: Heterogeneity, m: int, steps: int, crosses: Mapping[str, bool]) -> Scenario:
+def scenario(layout: Layout, het: Heterogeneity, m: int, steps: int, crosses: Mapping[Group, bool]) -> Scenario:
     """Resolve heterogeneity into replica classes and per-class factors."""
     dp, pp = layout.dp, layout.pp
     rank_f = np.ones(layout.world_size)
@@ -182,8 +183,8 @@ def scenario(layout: Layout, het: Heterogeneity, m: int, steps: int, crosses: Ma
             unit_link[sel] = unit_link[sel].max(axis=0)
     p2p_link = np.maximum(unit_link, np.roll(unit_link, -1, axis=1))
     p2p_link = np.where(layout.p2p_crosses_nodes(), p2p_link, 1.0)
-    dp_link = unit_link.max(axis=0) if crosses.get("dp_cp", False) else np.ones(pp)
-    emb_link = (np.maximum(unit_link[:, 0], unit_link[:, -1]) if crosses.get("embedding", False)
+    dp_link = unit_link.max(axis=0) if crosses[Group.DP_CP] else np.ones(pp)
+    emb_link = (np.maximum(unit_link[:, 0], unit_link[:, -1]) if crosses[Group.EMBEDDING]
                 else np.ones(dp))
     sim_steps = steps if het.seq_len_cv > 0 else 1
     seq = sequence_ratios(het.seq_len_cv, het.seed, sim_steps, dp, m)

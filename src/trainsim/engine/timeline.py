@@ -17,7 +17,7 @@ from trainsim.graph.build import Graph, Kind
 
 if TYPE_CHECKING:
     from trainsim.engine.stragglers import Heterogeneity, Scenario
-    from trainsim.graph.topology import Layout
+    from trainsim.parallel.layout import Layout
     from trainsim.spec.job import Job
 
 #: Streams (Chrome trace threads) of a unit, in display order.

@@ -20,7 +20,7 @@ from trainsim.graph.build import (
     build_graph,
     chunk_parameters,
 )
-from trainsim.graph.topology import Layout
+from trainsim.parallel.layout import Layout
 from trainsim.workload.stages import chunk_layer_indices, chunk_layers
 
 __all__ = [

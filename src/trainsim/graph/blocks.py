@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from trainsim.cost.comm import Placement
 from trainsim.cost.job_costs import Zero3Comm, zero3_layer_comm
+from trainsim.parallel.axes import Group
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work
 from trainsim.workload.ops import CommOp, ComputeOp, Role, comm_stream, overlap_target
 
@@ -53,7 +54,7 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "moe_dispatch_grad": ("moe_permute_grad", "before"),
 }
 
-COMPUTE, COMM, DP, EP = "compute", "comm", "dp", "ep"
+COMPUTE, COMM, DP, EP = "compute", "comm", "dp", "ep"  # stream names
 #: collectives that deliver an operand (issued right before the op they serve, stalling it); the others reduce a
 #: result (issued right after)
 PREFETCH = frozenset({"all_gather", "broadcast"})
@@ -67,7 +68,7 @@ class Slice:
     name: str
     start: float
     end: float
-    group: str = ""  # tp | cp | ep | dp for collectives
+    group: Group | None = None  # the collective's group (None for compute)
     nbytes: float = 0.0
 
 
@@ -85,8 +86,8 @@ class BlockTime:
     compute: float = 0.0
     slowdown: float = 0.0
     quadratic: float = 0.0
-    exposed: Mapping[str, float] = field(default_factory=dict)
-    comm: Mapping[str, float] = field(default_factory=dict)
+    exposed: Mapping[Group, float] = field(default_factory=dict)
+    comm: Mapping[Group, float] = field(default_factory=dict)
     internode: float = 0.0
     internode_exposed: float = 0.0
     nbytes: float = 0.0
@@ -105,7 +106,7 @@ class BlockTime:
         )
 
 
-def _add(a: Mapping[str, float], b: Mapping[str, float], k: float = 1.0) -> dict[str, float]:
+def _add(a: Mapping[Group, float], b: Mapping[Group, float], k: float = 1.0) -> dict[Group, float]:
     out = dict(a)
     for g, t in b.items():
         out[g] = out.get(g, 0.0) + k * t
@@ -167,7 +168,7 @@ class _Comm:
 
 
 def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostModel,
-                 places: Mapping[str, Placement], tp_comm_overlap: bool,
+                 places: Mapping[Group, Placement], tp_comm_overlap: bool,
                  moved: Mapping[str, ComputeOp] | None = None) -> BlockTime:
     """Simulate compute ops and their collectives on the compute and comm streams (see module docstring).
 
@@ -181,7 +182,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
                      if op.grad_of and op.role is Role.INPUT_GRAD}
     comms: list[_Comm] = []
     for op in comm:
-        place = places.get(op.group, places["tp"])
+        place = places[op.group]
         t = model.collective(op, place)
         if t <= 0.0:
             continue
@@ -207,8 +208,8 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
     free = {COMM: 0.0, EP: 0.0}  # TP/CP collectives and the MoE dispatch/combine run on separate streams
     busy: list[tuple[float, float]] = []
     slices: list[Slice] = []
-    exposed: dict[str, float] = {}
-    comm_total: dict[str, float] = {}
+    exposed: dict[Group, float] = {}
+    comm_total: dict[Group, float] = {}
     compute_busy = slowdown = quadratic = internode = internode_exposed = nbytes = 0.0
 
     def issue(c: _Comm, at: float) -> tuple[float, float]:
@@ -291,15 +292,15 @@ class ChunkTemplate:
         """Seconds of the whole action at nominal sequence length on a nominal GPU."""
         return self.total.duration
 
-    def exposed(self, group: str) -> float:
+    def exposed(self, group: Group) -> float:
         """Compute-stream stall on collectives of ``group``."""
         return self.total.exposed.get(group, 0.0)
 
 
 def _repeat_total(segments: Iterable[Segment]) -> BlockTime:
     dur = comp = slowd = quad = inter = inter_e = nb = 0.0
-    exposed: dict[str, float] = {}
-    comm: dict[str, float] = {}
+    exposed: dict[Group, float] = {}
+    comm: dict[Group, float] = {}
     for seg in segments:
         b, n = seg.block, seg.count
         dur += n * b.duration
@@ -327,12 +328,12 @@ def _offsets(segments: Iterable[Segment]) -> tuple[float, ...]:
 class BlockLibrary:
     """Builds and caches the timed templates of a job."""
 
-    def __init__(self, job: Job, model: CostModel, places: Mapping[str, Placement], shard: Shard) -> None:
+    def __init__(self, job: Job, model: CostModel, places: Mapping[Group, Placement], shard: Shard) -> None:
         self.job = job
         self.model = model
         self.places = places
         self.shard = shard
-        self.tp_comm_overlap = job.training.tp_comm_overlap
+        self.tp_comm_overlap = bool(job.training.tp_comm_overlap)  # resolved by the Job
         self._blocks: dict[tuple[object, ...], BlockTime] = {}
         self._chunks: dict[tuple[object, ...], ChunkTemplate] = {}
 
@@ -423,7 +424,7 @@ class BlockLibrary:
         gathers = kind == "F" or zero3.gather_in_backward
         depth = zero3.prefetch_depth
         slow = self.model.calibration.overlap_slowdown
-        crosses = self.places["dp_cp"].crosses_nodes
+        crosses = self.places[Group.DP_CP].crosses_nodes
         blocks = [(seg.block, seg.label != "embedding" and seg.label != "head")
                   for seg in segments for _ in range(seg.count)]
         n = len(blocks)
@@ -437,7 +438,7 @@ class BlockLibrary:
             start = max(at, dpfree)
             dpfree = start + dur
             busy.append((start, dpfree))
-            dp_slices.append(Slice(DP, name, start, dpfree, "dp"))
+            dp_slices.append(Slice(DP, name, start, dpfree, Group.DP))
             comm_dp += dur
             return dpfree
 
@@ -473,18 +474,18 @@ class BlockLibrary:
             t = dpfree
         base = _repeat_total(segments)
         total = BlockTime(
-            t, base.compute + slowdown, base.slowdown + slowdown, base.quadratic, _add(base.exposed, {"dp": stall}),
-            _add(base.comm, {"dp": comm_dp}), base.internode + (comm_dp if crosses else 0.0),
+            t, base.compute + slowdown, base.slowdown + slowdown, base.quadratic, _add(base.exposed, {Group.DP: stall}),
+            _add(base.comm, {Group.DP: comm_dp}), base.internode + (comm_dp if crosses else 0.0),
             base.internode_exposed + (stall if crosses else 0.0), base.nbytes,
         )
         # the blocks keep their own internal layout; only their starts move
         return ChunkTemplate(kind, segments, total, tuple(dp_slices), tuple(offsets))
 
 
-def zero3_costs(job: Job, model: CostModel, places: Mapping[str, Placement], stage_params: float,
+def zero3_costs(job: Job, model: CostModel, places: Mapping[Group, Placement], stage_params: float,
                 layers: int) -> Zero3Comm | None:
     """Per-layer ZeRO-3 traffic as :func:`trainsim.cost.job_costs.zero3_layer_comm` prices it, or ``None``."""
-    return zero3_layer_comm(job, model, places["dp_cp"], stage_params, layers)
+    return zero3_layer_comm(job, model, places[Group.DP_CP], stage_params, layers)
 
 
 def ceil_div(a: float, b: float) -> int:

@@ -1,7 +1,7 @@
 """Job → execution graph: tasks on per-unit streams, dependencies and collective groups.
 
 One graph describes one training step of one data-parallel replica (a *template* replica: every pipeline stage is one
-unit, see :mod:`trainsim.graph.topology`); the engine evaluates it for several replicas and steps at once (columns of
+unit, see :mod:`trainsim.parallel.layout`); the engine evaluates it for several replicas and steps at once (columns of
 a matrix), which is how symmetric replicas are simulated once and asymmetric ones side by side.
 
 Tasks and their streams (per stage):
@@ -30,21 +30,23 @@ grad-norm, optimizer.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from trainsim.cost.comm import Placement, placements_of
+from trainsim.cost.comm import Placements, placements_of
 from trainsim.cost.job_costs import StageCost, ddp_bucket_params, stage_costs
 from trainsim.graph.blocks import BlockLibrary, ChunkTemplate, ceil_div, zero3_costs
-from trainsim.graph.topology import Layout
+from trainsim.parallel.axes import Group
+from trainsim.parallel.layout import Layout
 from trainsim.schedule import BACKWARD, FORWARD, WEIGHT, StageOrder
 from trainsim.schedule.interleaved import warmup_forwards as interleaved_warmup
 from trainsim.workload.layers import shard_of
 from trainsim.workload.memory import stage_parameter_split, stage_parameters
-from trainsim.workload.ops import CommOp
+from trainsim.workload.ops import Collective, CommOp
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import chunk_layers
 
@@ -117,7 +119,7 @@ class Graph:
     templates: list[ChunkTemplate]
     stage_costs: list[StageCost]
     flows: dict[str, np.ndarray] = field(default_factory=dict)  # task, stage, dir, internode
-    crosses: dict[str, bool] = field(default_factory=dict)
+    crosses: dict[Group, bool] = field(default_factory=dict)
 
     @property
     def num_tasks(self) -> int:
@@ -166,7 +168,8 @@ class _Builder:
     def one(self, **values: object) -> int:
         return int(self.add(1, **values)[0])
 
-    def edge(self, src: np.ndarray | int, dst: np.ndarray | int, frac: np.ndarray | float = 1.0) -> None:
+    def edge(self, src: np.ndarray | Sequence[int] | int, dst: np.ndarray | int,
+             frac: np.ndarray | float = 1.0) -> None:
         s = np.atleast_1d(np.asarray(src, dtype=np.int64))
         d = np.atleast_1d(np.asarray(dst, dtype=np.int64))
         s, d = np.broadcast_arrays(s, d)
@@ -266,7 +269,7 @@ class GraphBuilder:
         par, tr = job.parallelism, job.training
         self.p, self.v, self.m = par.pp, par.vpp, job.num_microbatches
         self.pv = self.p * self.v
-        self.places: dict[str, Placement] = placements_of(job)
+        self.places: Placements = placements_of(job)
         self.layout = Layout.of(job)
         self.costs = stage_costs(job, model)
         self.lib = BlockLibrary(job, model, self.places, shard_of(job))
@@ -451,16 +454,16 @@ class GraphBuilder:
         sh = sharding_of(self.job)
         return sh.shards, ddp_bucket_params(self.job), sh.grad_reduce_bytes, sh.param_bytes
 
-    def _collective(self, name: str, kind: str, group: str, nbytes: float) -> float:
-        return self.model.collective(CommOp(name, kind, group, "bwd", nbytes), self.places[group])  # type: ignore
+    def _collective(self, name: str, kind: Collective, group: Group, nbytes: float) -> float:
+        return self.model.collective(CommOp(name, kind, group, "bwd", nbytes), self.places[group])
 
-    def _dp_bucket(self, name: str, kind: str, nbytes: float, expert_frac: float) -> float:
+    def _dp_bucket(self, name: str, kind: Collective, nbytes: float, expert_frac: float) -> float:
         """A data-parallel bucket whose routed-expert share ``expert_frac`` is reduced over the expert-data-parallel
         group and the rest over dp·cp (Megatron-Core keeps separate expert buffers; priced as the two collectives)."""
-        if expert_frac <= 0.0 or "edp" not in self.places:
-            return self._collective(name, kind, "dp_cp", nbytes)
-        dense = self._collective(name, kind, "dp_cp", nbytes * (1.0 - expert_frac)) if expert_frac < 1 else 0.0
-        return dense + self._collective(name, kind, "edp", nbytes * expert_frac)
+        if expert_frac <= 0.0 or not self.layout.separate_expert_groups:
+            return self._collective(name, kind, Group.DP_CP, nbytes)
+        dense = self._collective(name, kind, Group.DP_CP, nbytes * (1.0 - expert_frac)) if expert_frac < 1 else 0.0
+        return dense + self._collective(name, kind, Group.EDP, nbytes * expert_frac)
 
     def _expert_fraction(self, stage: int) -> float:
         dense, expert = stage_parameter_split(self.job, stage)
@@ -520,7 +523,7 @@ class GraphBuilder:
             # layer-norm gradients (all-reduce over TP with sequence parallelism)
             ln_cost = 0.0
             if job.sequence_parallel:
-                ln_cost = self._collective("layernorm_grads", "all_reduce", "tp",
+                ln_cost = self._collective("layernorm_grads", "all_reduce", Group.TP,
                                            _layernorm_parameters(job, s) * grad_bytes)
             ln = b.one(kind=Kind.LN_AR, stage=s, cost=ln_cost)
             b.edge(np.asarray(tails[s]), ln)
@@ -554,8 +557,8 @@ class GraphBuilder:
                 gs_last[s] = wait
         arrive = b.add(p, kind=Kind.ARRIVE, stage=np.arange(p))
         b.edge(gs_last, arrive)
-        clip_cost = self.model.collective(CommOp("grad_norm", "all_reduce", "world", "bwd", 4.0),
-                                          self.places["world"])
+        clip_cost = self.model.collective(CommOp("grad_norm", "all_reduce", Group.WORLD, "bwd", 4.0),
+                                          self.places[Group.WORLD])
         clip = b.one(kind=Kind.CLIP, stage=0, peer=p - 1, cost=clip_cost, sync=True)
         b.edge(arrive, clip)
         opt = b.add(p, kind=Kind.OPT, stage=np.arange(p), cost=np.array([c.optimizer for c in self.costs]))
@@ -625,12 +628,12 @@ class GraphBuilder:
             rows.append((p2p, g.peer[p2p], IN, inter))
         dp = g.ids(*DP_KINDS)
         if dp.size:
-            inter = np.full(dp.size, g.crosses.get("dp_cp", False))
+            inter = np.full(dp.size, g.crosses[Group.DP_CP])
             rows.append((dp, g.stage[dp], OUT, inter))
             rows.append((dp, g.stage[dp], IN, inter))
         emb = g.ids(Kind.EMB_AR)
         if emb.size:
-            inter = np.full(2 * emb.size, g.crosses.get("embedding", False))
+            inter = np.full(2 * emb.size, g.crosses[Group.EMBEDDING])
             both = np.concatenate((emb, emb))
             st = np.concatenate((g.stage[emb], g.peer[emb]))
             rows.append((both, st, OUT, inter))

@@ -313,7 +313,7 @@ def _is_str_column(s: pd.Series) -> bool:
     if isinstance(s.dtype, pd.CategoricalDtype):
         return bool(all(isinstance(c, str) for c in s.cat.categories))
     if pd.api.types.is_string_dtype(s.dtype):
-        return bool(s.dropna().map(type).eq(str).all())
+        return all(type(v) is str for v in s.dropna())
     return False
 
 
@@ -503,7 +503,7 @@ def write_op_trace(
             cats = [o for o in OPTYPES if o in present]
             table[c] = pd.Categorical(out[c], categories=cats)
         elif dt.startswith("float"):
-            table[c] = out[c].astype(dt)
+            table[c] = out[c].astype(np.dtype(dt))
         else:
             vals = out[c].to_numpy()
             table[c] = vals.astype(_fit_int(vals, dt))

@@ -31,19 +31,20 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from pydantic import Field, field_validator, model_validator
 
 from trainsim.errors import TrainsimError, TrainsimWarning
+from trainsim.parallel.axes import DEFAULT_RANK_ORDER, ORDER_AXES, Axis, Group, normalize_rank_order
+from trainsim.parallel.layout import Layout
 from trainsim.schedule import SCHEDULE_NAMES, default_schedule, get_schedule, searched_schedules
 from trainsim.spec.base import Spec
 from trainsim.spec.flags import spec_flags
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
-from trainsim.spec.parallelism import DEFAULT_RANK_ORDER, Parallelism
-from trainsim.spec.parallelism import DIMENSIONS as RANK_DIMENSIONS
+from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
@@ -208,10 +209,12 @@ def _str_item(item: Any, dim: str) -> str:
         if text not in TP_INNER:
             raise TrainsimError(dim, f"unknown grid placement {item!r}", "use row, col")
     elif dim == "rank_order":
-        parts = text.split("-")
-        if sorted(parts) != sorted(RANK_DIMENSIONS):
+        try:
+            text = normalize_rank_order(text)
+        except ValueError:
             raise TrainsimError(dim, f"{item!r} is not a permutation of {DEFAULT_RANK_ORDER}",
-                                "give the five dimensions tp, cp, ep, dp, pp joined by '-', fastest-varying first")
+                                f"give the dimensions {', '.join(ORDER_AXES)} joined by '-', fastest-varying "
+                                "first") from None
     return text
 
 
@@ -264,7 +267,7 @@ def parse_values(value: Any, dim: str) -> DimValues:
 
 
 # ---- the space -------------------------------------------------------------------------------------------------------
-class SearchSpace(Spec):
+class SearchSpace(Spec, frozen=True):
     """A design space: a model, a system, a training template and the values of every search dimension.
 
     ``model``/``system`` accept preset names. Each dimension accepts ``None`` (not given: see ``others``), ``"all"``
@@ -403,24 +406,19 @@ def divisors(n: int) -> list[int]:
 
 @lru_cache(maxsize=65536)
 def _placement_key(order: str, tp: int, cp: int, ep: int, dp: int, pp: int, gpus_per_node: int) -> tuple[Any, ...]:
-    from trainsim.cost.comm import group_placements
-
-    places = group_placements(order, tp, cp, ep, dp, pp, gpus_per_node)
+    places = Layout.create(tp, cp, ep, dp, pp, order, gpus_per_node).placements
     return tuple(sorted(places.items()))
 
 
 @lru_cache(maxsize=65536)
 def _tp_nodes(order: str, tp: int, cp: int, ep: int, dp: int, pp: int, gpus_per_node: int) -> int:
-    from trainsim.cost.comm import group_placements
-
-    return group_placements(order, tp, cp, ep, dp, pp, gpus_per_node)["tp"].nodes
+    return Layout.create(tp, cp, ep, dp, pp, order, gpus_per_node).group(Group.TP).nodes
 
 
-def _full_order(perm: Sequence[str], nontrivial: Sequence[str]) -> str:
+def _full_order(perm: Sequence[Axis], nontrivial: Sequence[Axis]) -> str:
     """Put ``perm`` into the slots that the non-trivial dimensions occupy in Megatron's default order."""
-    default = DEFAULT_RANK_ORDER.split("-")
     it = iter(perm)
-    return "-".join(next(it) if d in nontrivial else d for d in default)
+    return "-".join(next(it) if a in nontrivial else a for a in ORDER_AXES)
 
 
 @lru_cache(maxsize=16384)
@@ -430,9 +428,9 @@ def distinct_rank_orders(tp: int, cp: int, ep: int, dp: int, pp: int, gpus_per_n
 
     ``listed=None``: every permutation of the dimensions larger than one (Megatron's order first).
     """
-    sizes = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}
+    sizes = {Axis.TP: tp, Axis.CP: cp, Axis.EP: ep, Axis.DP: dp, Axis.PP: pp}
     if listed is None:
-        nontrivial = [d for d in DEFAULT_RANK_ORDER.split("-") if sizes[d] > 1]
+        nontrivial = [a for a in ORDER_AXES if sizes[a] > 1]
         orders = [_full_order(p, nontrivial) for p in itertools.permutations(nontrivial)]
     else:
         orders = list(listed)
@@ -722,7 +720,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                 try:
                     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, sequence_parallel=sp,
                                       schedule=schedule, first_stage_layers=first, last_stage_layers=last,
-                                      tensor_parallel_mode=mode, tp_rows=rows, tp_inner=inner, summa_blocks=nb)
+                                      tensor_parallel_mode=cast(Any, mode), tp_rows=rows, tp_inner=cast(Any, inner),
+                                      summa_blocks=nb)
                     tr = Training(**{**tr_base, "micro_batch_size": mbs, "recompute_granularity": recompute,
                                      "zero_stage": zero})
                     with warnings.catch_warnings(record=True) as caught:

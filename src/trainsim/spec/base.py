@@ -48,10 +48,14 @@ def to_trainsim_error(exc: ValidationError, prefix: str = "") -> TrainsimError:
     return TrainsimError(field, f"{msg} (got {shown})", "give a valid value")
 
 
-class Spec(BaseModel):
-    """Frozen pydantic model whose validation errors are :class:`TrainsimError`."""
+class Spec(BaseModel, frozen=True):
+    """Frozen pydantic model whose validation errors are :class:`TrainsimError`.
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
+    Subclasses repeat ``frozen=True`` in the class line: pydantic inherits it anyway, but type checkers read it
+    per class to know that the model is hashable (specs key caches).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
     def __init__(self, /, **data: Any) -> None:
         try:

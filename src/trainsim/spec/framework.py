@@ -48,7 +48,7 @@ META_FIELDS = frozenset({"name", "version", "description", "sources"})
 OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params"})
 
 
-class Framework(Spec):
+class Framework(Spec, frozen=True):
     """One software stack. Every stack field has an entry in ``sources`` saying where the fact comes from."""
 
     name: str

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError, warn
+from trainsim.parallel.axes import Axis, check_degrees, expert_dp
 from trainsim.schedule import default_schedule, get_schedule
 from trainsim.spec.base import Spec
 from trainsim.spec.flags import Flag
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from trainsim.schedule import PipelineSchedule
 
 
-class Job(Spec):
+class Job(Spec, frozen=True):
     """Everything needed to predict one training job.
 
     Either ``num_gpus`` or ``parallelism.dp`` (or both, then they must agree) fixes the data-parallel size.
@@ -76,7 +77,7 @@ class Job(Spec):
         """Expert-data-parallel size: ``tp·cp·dp / (ep·etp)`` (Megatron's parallel folding carves the expert grid
         etp × ep × edp out of the attention grid tp × cp × dp of each pipeline stage)."""
         par = self.parallelism
-        return max(1, par.tp * par.cp * self.dp // (par.ep * par.expert_tp))
+        return expert_dp(par.tp, par.cp, self.dp, par.ep, par.expert_tp)
 
     @property
     def world_size(self) -> int:
@@ -242,31 +243,10 @@ def validate_job(job: Job) -> None:
     """Cross-field checks; raises :class:`TrainsimError` on the first problem."""
     m, par, tr, sysm = job.model, job.parallelism, job.training, job.system
     tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
-    mp = par.model_parallel_size
 
-    # GPU count vs tp·pp·cp·dp
-    if job.num_gpus is not None:
-        if par.dp is not None and mp * par.dp != job.num_gpus:
-            raise TrainsimError(
-                "num_gpus",
-                f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{par.dp} = {mp * par.dp} ≠ {job.num_gpus} GPUs",
-                "make the product equal the GPU count, or leave dp out to derive it",
-            )
-        if job.num_gpus % mp:
-            raise TrainsimError(
-                "num_gpus",
-                f"{job.num_gpus} GPUs are not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {mp}",
-                "use a GPU count that is a multiple of tp·pp·cp",
-            )
+    # GPU count vs tp·pp·cp·dp, expert grid folding (the axis checks of trainsim.parallel.axes)
     dp = job.dp
-    etp = par.expert_tp
-    if (tp * dp * cp) % (ep * etp):
-        raise TrainsimError(
-            "parallelism.ep",
-            f"ep·etp = {ep}·{etp} does not divide tp·cp·dp = {tp}·{cp}·{dp}",
-            "choose ep and --expert-tensor-parallel-size whose product divides tp·cp·dp (Megatron's parallel "
-            "folding builds the expert grid etp × ep × edp from the attention grid's ranks)",
-        )
+    check_degrees(tp, cp, pp, par.dp, ep, par.expert_tp, job.num_gpus, dp)
     if m.is_moe and tp > 1 and not par.sequence_parallel:
         warn("parallelism.sequence_parallel",
              f"Megatron-Core requires --sequence-parallel for MoE with tp = {tp}; the MoE layers are modelled on "
@@ -422,8 +402,8 @@ def check_framework(job: Job) -> None:
     if par.vpp > 1 and not fw.interleaved_schedule:
         raise TrainsimError("parallelism.vpp", f"{name}'s pipeline engine has no virtual stages",
                             "use vpp 1 or another --framework")
-    for axis, size, ok in (("tp", par.tp, fw.supports_tp), ("cp", par.cp, fw.supports_cp),
-                           ("ep", par.ep, fw.supports_ep)):
+    for axis, size, ok in ((Axis.TP, par.tp, fw.supports_tp), (Axis.CP, par.cp, fw.supports_cp),
+                           (Axis.EP, par.ep, fw.supports_ep)):
         if size > 1 and not ok:
             raise TrainsimError(f"parallelism.{axis}", f"{name} offers no {axis.upper()} parallelism",
                                 f"use {axis} 1 or another --framework (e.g. megatron-core, torchtitan)")

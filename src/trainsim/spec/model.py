@@ -26,7 +26,7 @@ def megatron_swiglu_ffn(hidden_size: int) -> int:
     return int((4 * hidden_size * 2 / 3) / 64) * 64
 
 
-class Model(Spec):
+class Model(Spec, frozen=True):
     """A transformer model.
 
     ``vocab_size`` is the tokenizer's vocabulary; Megatron pads it to a multiple of

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainsim.errors import TrainsimError
+from trainsim.parallel.axes import DEFAULT_RANK_ORDER, ORDER_AXES, normalize_rank_order
 from trainsim.schedule import SCHEDULE_NAMES, schedule_help
 from trainsim.spec.base import Spec
 from trainsim.spec.flags import Flag
@@ -18,15 +19,15 @@ if TYPE_CHECKING:
     Schedule = str
 else:  # the registered schedule names (trainsim.schedule.SCHEDULES)
     Schedule = Literal[SCHEDULE_NAMES]
-DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
-DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
+#: The axes of a rank-order string, in Megatron's default order (owned by :mod:`trainsim.parallel.axes`).
+DIMENSIONS: tuple[str, ...] = tuple(a.value for a in ORDER_AXES)
 #: Linear-layer sharding strategies of tensor parallelism: Megatron's 1D (column/row-parallel pairs) and the 2D
 #: SUMMA grid (:mod:`trainsim.workload.summa`).
 TENSOR_PARALLEL_MODES = ("1d", "summa")
 TensorParallelMode = Literal["1d", "summa"]
 
 
-class Parallelism(Spec):
+class Parallelism(Spec, frozen=True):
     """How a job is split over GPUs.
 
     ``dp`` may be left ``None`` and is then derived from the GPU count. ``rank_order`` lists the dimensions from the
@@ -105,10 +106,7 @@ class Parallelism(Spec):
     @field_validator("rank_order")
     @classmethod
     def _check_order(cls, value: str) -> str:
-        parts = value.lower().split("-")
-        if sorted(parts) != sorted(DIMENSIONS):
-            raise ValueError(f"must be a permutation of {DEFAULT_RANK_ORDER} (got {value!r})")
-        return "-".join(parts)
+        return normalize_rank_order(value)
 
     @field_validator("pipeline_layout")
     @classmethod

@@ -21,7 +21,7 @@ Generation = Literal["ampere", "hopper", "blackwell", "default"]
 GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "default")
 
 
-class PeakFlops(Spec):
+class PeakFlops(Spec, frozen=True):
     """Dense tensor-core peak FLOP/s per data type (no structured sparsity)."""
 
     fp32: float = Field(gt=0)
@@ -40,7 +40,7 @@ class PeakFlops(Spec):
         return float(value)
 
 
-class GPU(Spec):
+class GPU(Spec, frozen=True):
     """One accelerator."""
 
     name: str
@@ -52,7 +52,7 @@ class GPU(Spec):
     num_sms: int = Field(gt=0)
 
 
-class Node(Spec):
+class Node(Spec, frozen=True):
     """GPUs joined by NVLink/NVSwitch: a server, or a rack-scale NVLink domain such as NVL72."""
 
     gpus_per_node: Annotated[int, Flag("--gpus-per-node", megatron=False,
@@ -67,7 +67,7 @@ class Node(Spec):
     )
 
 
-class Network(Spec):
+class Network(Spec, frozen=True):
     """Scale-out network between nodes."""
 
     nics_per_node: Annotated[int, Flag("--nics-per-node", megatron=False, help="scale-out NICs per node")] = Field(
@@ -84,7 +84,7 @@ class Network(Spec):
     )
 
 
-class System(Spec):
+class System(Spec, frozen=True):
     """A cluster of identical nodes."""
 
     name: str = "custom"

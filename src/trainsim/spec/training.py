@@ -20,7 +20,7 @@ def element_bytes(precision: str) -> float:
     return 4.0 if precision == "fp32" else 2.0
 
 
-class Training(Spec):
+class Training(Spec, frozen=True):
     """Per-iteration training settings (Megatron names).
 
     ``zero_stage`` 1 is Megatron's ``--use-distributed-optimizer`` (optimizer states sharded over data-parallel

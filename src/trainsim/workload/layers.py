@@ -18,7 +18,7 @@ from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
-from trainsim.workload.ops import CommOp, ComputeOp, Phase, attention, elementwise, gemm, gemm_with_grads
+from trainsim.workload.ops import CommOp, ComputeOp, Group, Phase, attention, elementwise, gemm, gemm_with_grads
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -183,10 +183,10 @@ def _tp_comm(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) ->
     size = shard.tokens * h * shard.act_bytes
     if shard.sequence_parallel:
         kind = "all_gather" if entering else "reduce_scatter"
-        return (CommOp(name, kind, "tp", "fwd", size, gemm_name),)  # type: ignore[arg-type]
+        return (CommOp(name, kind, Group.TP, "fwd", size, gemm_name),)  # type: ignore[arg-type]
     if entering:
         return ()  # identity in forward, all-reduce in backward
-    return (CommOp(name, "all_reduce", "tp", "fwd", size),)
+    return (CommOp(name, "all_reduce", Group.TP, "fwd", size),)
 
 
 def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) -> tuple[CommOp, ...]:
@@ -200,12 +200,12 @@ def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, gemm_name: str
     size = shard.tokens * h * shard.act_bytes
     if entering:
         kind = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
-        ops = [CommOp(f"{name}_grad", kind, "tp", "bwd", size, f"{gemm_name}_wgrad", True)]  # type: ignore[arg-type]
+        ops = [CommOp(f"{name}_grad", kind, Group.TP, "bwd", size, f"{gemm_name}_wgrad", True)]  # type: ignore[arg-type]
         if shard.sequence_parallel:
-            ops.append(CommOp(f"{name}_regather", "all_gather", "tp", "bwd", size, f"{gemm_name}_dgrad", True))
+            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", size, f"{gemm_name}_dgrad", True))
         return tuple(ops)
     if shard.sequence_parallel:
-        return (CommOp(f"{name}_grad", "all_gather", "tp", "bwd", size, f"{gemm_name}_dgrad"),)
+        return (CommOp(f"{name}_grad", "all_gather", Group.TP, "bwd", size, f"{gemm_name}_dgrad"),)
     return ()
 
 
@@ -337,8 +337,8 @@ def _attention_block(model: Model, shard: Shard) -> Work:
         # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward).
         kv_block = 2 * b * (s // cp) * groups * d * e
         ring = "flash_attn"
-        comm_fwd += (CommOp("cp_kv_ring", "send_recv", "cp", "fwd", (cp - 1) * kv_block, ring, True),)
-        comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", "cp", "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
+        comm_fwd += (CommOp("cp_kv_ring", "send_recv", Group.CP, "fwd", (cp - 1) * kv_block, ring, True),)
+        comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", Group.CP, "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
                             True),)
     recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention != "flash" else ()
     return Work(tuple(fwd), tuple(bwd), recompute + tuple(up_recompute), comm_fwd, comm_bwd)
@@ -447,18 +447,18 @@ def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[Comput
         hide_c = "shared_expert_fc2" if shared and shard.moe_shared_expert_overlap else ""
         if shard.moe_a2a_overlap:  # another micro-batch's attention runs meanwhile (merged 1F1B / DualPipe)
             hide, hide_c = "flash_attn", "attn_proj"
-        comm_fwd += [CommOp("moe_dispatch", "all_to_all", "ep", "fwd", a2a, hide, bool(hide)),
-                     CommOp("moe_combine", "all_to_all", "ep", "fwd", a2a, hide_c, bool(hide_c))]
+        comm_fwd += [CommOp("moe_dispatch", "all_to_all", Group.EP, "fwd", a2a, hide, bool(hide)),
+                     CommOp("moe_combine", "all_to_all", Group.EP, "fwd", a2a, hide_c, bool(hide_c))]
         hide_b = "flash_attn_grad" if shard.moe_a2a_overlap else ""
         hide_bc = "attn_proj_dgrad" if shard.moe_a2a_overlap else ""
-        comm_bwd += [CommOp("moe_combine_grad", "all_to_all", "ep", "bwd", a2a, hide_b, bool(hide_b)),
-                     CommOp("moe_dispatch_grad", "all_to_all", "ep", "bwd", a2a, hide_bc, bool(hide_bc))]
+        comm_bwd += [CommOp("moe_combine_grad", "all_to_all", Group.EP, "bwd", a2a, hide_b, bool(hide_b)),
+                     CommOp("moe_dispatch_grad", "all_to_all", Group.EP, "bwd", a2a, hide_bc, bool(hide_bc))]
     if etp > 1:
         ag = rows * h * e
-        comm_fwd += [CommOp("moe_etp_gather", "all_gather", "etp", "fwd", ag),
-                     CommOp("moe_etp_scatter", "reduce_scatter", "etp", "fwd", ag)]
-        comm_bwd += [CommOp("moe_etp_gather_grad", "all_gather", "etp", "bwd", ag),
-                     CommOp("moe_etp_scatter_grad", "reduce_scatter", "etp", "bwd", ag)]
+        comm_fwd += [CommOp("moe_etp_gather", "all_gather", Group.ETP, "fwd", ag),
+                     CommOp("moe_etp_scatter", "reduce_scatter", Group.ETP, "fwd", ag)]
+        comm_bwd += [CommOp("moe_etp_gather_grad", "all_gather", Group.ETP, "bwd", ag),
+                     CommOp("moe_etp_scatter_grad", "reduce_scatter", Group.ETP, "bwd", ag)]
     return fwd, bwd, act_recompute, tuple(comm_fwd), tuple(comm_bwd)
 
 
@@ -543,9 +543,9 @@ def embedding_work(model: Model, shard: Shard) -> Work:
     comm_bwd: tuple[CommOp, ...] = ()
     if tp > 1:  # vocabulary-parallel embedding: partial sums are reduced (scattered with sequence parallelism)
         kind = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
-        comm_fwd = (CommOp("embedding_reduce", kind, "tp", "fwd", n * e),)  # type: ignore[arg-type]
+        comm_fwd = (CommOp("embedding_reduce", kind, Group.TP, "fwd", n * e),)  # type: ignore[arg-type]
         if shard.sequence_parallel:
-            comm_bwd = (CommOp("embedding_grad_gather", "all_gather", "tp", "bwd", n * e),)
+            comm_bwd = (CommOp("embedding_grad_gather", "all_gather", Group.TP, "bwd", n * e),)
     return Work(fwd, bwd, (), comm_fwd, comm_bwd)
 
 

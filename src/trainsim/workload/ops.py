@@ -10,21 +10,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from trainsim.parallel.axes import EXPERT_STREAM_GROUPS, Group
+
+__all__ = ["DTYPE_BYTES", "Collective", "CommOp", "ComputeOp", "Group", "OpKind", "Phase", "Role", "attention",
+           "comm_stream", "elementwise", "exposed_time", "gemm", "gemm_with_grads", "overlap_target"]
+
 OpKind = Literal["gemm", "attention", "elementwise"]
 Phase = Literal["fwd", "bwd"]
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "reduce"]
-#: ``tp_row``/``tp_col``: the row and column groups of the 2D (SUMMA) tensor-parallel grid (trainsim.workload.summa)
-Group = Literal["tp", "tp_row", "tp_col", "cp", "ep", "etp", "edp", "dp", "pp", "dp_cp", "embedding", "world"]
-#: Groups whose collectives run on the expert-parallel stream (token dispatch/combine, expert-TP gather/scatter);
-#: every other in-layer collective queues on the one communication stream.
-EP_GROUPS = frozenset({"ep", "etp"})
-#: Groups that belong to tensor parallelism (reported as ``tp_comm``).
-TP_GROUPS = frozenset({"tp", "tp_row", "tp_col"})
 
 
-def comm_stream(group: str) -> str:
-    """The stream a collective of ``group`` queues on inside a layer: ``"ep"`` or ``"comm"``."""
-    return "ep" if group in EP_GROUPS else "comm"
+def comm_stream(group: Group) -> str:
+    """The stream a collective of ``group`` queues on inside a layer: ``"ep"`` (token dispatch/combine, expert-TP
+    gather/scatter) or ``"comm"`` (every other in-layer collective)."""
+    return "ep" if group in EXPERT_STREAM_GROUPS else "comm"
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
@@ -96,6 +95,10 @@ class CommOp:
     hide_behind: str = ""  # name of the compute op this collective can run under ("" = none)
     always_overlapped: bool = False  # the framework always overlaps it (else only with --tp-comm-overlap)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.group, Group):  # a name: checked, never priced as another group
+            object.__setattr__(self, "group", Group.parse(self.group))
+
 
 def gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, batch: int = 1,
          out_bytes: float = 2.0, role: Role | None = None, grad_of: str = "") -> ComputeOp:
@@ -124,7 +127,7 @@ def overlap_target(op: CommOp, compute: Mapping[str, ComputeOp],
     this collective, or ``--tp-comm-overlap`` for tensor-parallel ones.
     """
     target = compute.get(op.hide_behind) if op.hide_behind else None
-    return target, target is not None and (op.always_overlapped or (tp_comm_overlap and op.group == "tp"))
+    return target, target is not None and (op.always_overlapped or (tp_comm_overlap and op.group is Group.TP))
 
 
 def exposed_time(comm_s: float, hidden_by_s: float, can_hide: bool, slowdown: float) -> tuple[float, float]:

@@ -33,6 +33,7 @@ from trainsim.spec.training import element_bytes
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
+    from trainsim.workload.ops import Collective
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ class Sharding:
         return self.shards > 1 and not self.per_microbatch_gather
 
     @property
-    def grad_collective(self) -> str:
+    def grad_collective(self) -> Collective:
         """``reduce_scatter`` when gradients or optimizer states are sharded, else ``all_reduce``."""
         return "reduce_scatter" if self.zero_stage >= 1 else "all_reduce"
 
