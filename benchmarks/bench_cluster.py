@@ -31,7 +31,7 @@ def extract(tmp: Path) -> Path:
     return tmp
 
 
-def one_case(itp: str, jobs: int, nodes: int, policy: str) -> dict[str, float]:
+def one_case(itp: str, jobs: int, nodes: int, policy: str, time_scale: float = 1.0) -> dict[str, float]:
     """Generate a vTrain-recipe trace, then time curves+engine (cold) and the engine alone (warm throughput)."""
     import warnings
 
@@ -43,7 +43,7 @@ def one_case(itp: str, jobs: int, nodes: int, policy: str) -> dict[str, float]:
     warnings.simplefilter("ignore")
     cluster = f"dgx-a100:{nodes}"
     t0 = time.perf_counter()
-    trace = vtrain2(itp, jobs, 0, cluster)
+    trace = vtrain2(itp, jobs, 0, cluster, time_scale=time_scale)
     t_gen = time.perf_counter() - t0
     tm = ThroughputModel()
     t0 = time.perf_counter()
@@ -65,8 +65,8 @@ def main() -> None:
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:  # child process: one case, JSON on stdout
-        itp, jobs, nodes, policy = args.case.split("|")
-        print(json.dumps(one_case(itp, int(jobs), int(nodes), policy)))
+        itp, jobs, nodes, policy, scale = args.case.split("|")
+        print(json.dumps(one_case(itp, int(jobs), int(nodes), policy, float(scale))))
         return
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     wanted = set(args.cases.split(","))
@@ -74,19 +74,22 @@ def main() -> None:
         d = extract(Path(tmp))
         cases = []
         if "64" in wanted:
-            cases.append(("64-job case study (cluster01, 1,024 GPUs)", d / "cluster01.csv", 64, 128, "elasticflow"))
+            cases.append(("64-job case study (cluster01, 1,024 GPUs)", d / "cluster01.csv", 64, 128, "elasticflow",
+                          1.0))
+            cases.append(("64-job case study, --time-scale 10 (the casestudy's default)", d / "cluster01.csv", 64,
+                          128, "elasticflow", 10.0))
         if "1500" in wanted:
-            cases.append(("1,500 ITP jobs, 512 GPUs", d / "cluster01.csv", 1500, 64, "elasticflow"))
+            cases.append(("1,500 ITP jobs, 512 GPUs", d / "cluster01.csv", 1500, 64, "elasticflow", 1.0))
         if "10000" in wanted:
             for pol in ("fifo", "las", "elasticflow"):
                 cases.append((f"10,000 ITP jobs (cluster04), 10,240 GPUs, {pol}", d / "cluster04.csv", 10000, 1280,
-                              pol))
+                              pol, 1.0))
         print("| case | policy | generate | curves + engine | engine (warm curves) | events | peak RSS |")
         print("|---|---|---:|---:|---:|---:|---:|")
         # a fresh plan cache: "curves + engine" is a cold start; the CLI runs below reuse what the cases stored
         env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TRAINSIM_CACHE_DIR": str(Path(tmp) / "cache")}
-        for label, itp, jobs, nodes, pol in cases:
-            out = subprocess.run([sys.executable, __file__, "--case", f"{itp}|{jobs}|{nodes}|{pol}"], env=env,
+        for label, itp, jobs, nodes, pol, scale in cases:
+            out = subprocess.run([sys.executable, __file__, "--case", f"{itp}|{jobs}|{nodes}|{pol}|{scale}"], env=env,
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"| {label} | {pol} | {r['generate_s']:.2f} s | {r['cold_s']:.2f} s | {r['engine_s']:.2f} s | "

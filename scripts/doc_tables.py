@@ -57,7 +57,7 @@ def _share(c: Any, key: str) -> float:
 
 def search_mtnlg() -> None:
     """The two MT-NLG tables (ZeRO 0 and ZeRO-1) and the numbers of the analysis below them."""
-    from trainsim.search import SearchSpace, search
+    from trainsim.search import SearchSpace, pareto_front, search
     from trainsim.spec import Training
 
     head = ("| plan | (t, d, p) | GPUs | iteration (s) | MFU | days | cost ($M) | peak GB (fits 80 GiB) |\n"
@@ -86,9 +86,10 @@ def search_mtnlg() -> None:
             print(_row(f"search: fastest, {lo:,}–{hi:,} GPUs", fastest))
         fitting = [c for c in r.candidates if c.fits]
         print(_row("search: cheapest overall", min(fitting, key=lambda c: (c.cost_usd, c.index))))
-        s = r.summary
-        print(f"\nvalid {s.get('valid')}, fitting {len(fitting)}, Pareto front {len(r.pareto_candidates())} plans, "
-              f"warnings: {r.warnings}")
+        s = r.summary()
+        front = pareto_front(r.candidates)
+        print(f"\nvalid {s.get('valid')}, fitting {len(fitting)}, Pareto front {len(r.pareto_candidates())} plans "
+              f"({len(front)} among the plans that fit), warnings: {r.warnings}")
         for m, v in zip(MTNLG_PLANS, VTRAIN_PLANS, strict=True):
             a, b = by[m], by[v]
             print(f"vTrain {v} vs MT-NLG {m}: cost {b.cost_usd / a.cost_usd - 1:+.1%}; pipeline bubble "

@@ -176,10 +176,31 @@ def _expand_loops(segs: list[str], where: str) -> list[str]:
     return parse(0, False)[0]
 
 
+def _open_loops(line: str) -> int:
+    """``for`` loops opened minus ``done`` closed in one line (comments and quotes aside)."""
+    words = re.findall(r"(?:^|[;&\s])(for|done)(?=$|[;\s])", _strip_comment(line))
+    return words.count("for") - words.count("done")
+
+
+def _prompted(lines: list[str]) -> list[str]:
+    """The commands of a ``$ ``-prompted block: prompted lines, and the lines a prompted ``for`` loop spans until its
+    ``done`` (the shell's continuation prompt); everything else is output."""
+    out: list[str] = []
+    depth = 0
+    for ln in lines:
+        if depth > 0:
+            out[-1] += "\n" + ln
+            depth += _open_loops(ln)
+        elif ln.lstrip().startswith("$ "):
+            out.append(ln.lstrip()[2:])
+            depth = _open_loops(out[-1])
+    return "\n".join(out).splitlines()
+
+
 def _steps(text: str, where: str) -> list[Step]:
     lines = re.sub(r"\\\n", " ", text).splitlines()
     if any(ln.lstrip().startswith("$ ") for ln in lines):
-        lines = [ln.lstrip()[2:] for ln in lines if ln.lstrip().startswith("$ ")]
+        lines = _prompted(lines)
     segs: list[str] = []
     for ln in lines:
         ln = _strip_comment(ln).strip()

@@ -297,3 +297,45 @@ def test_the_system_yaml_example_is_the_file_the_readme_uses():
     page = (ROOT / "docs" / "systems.md").read_text()
     shown = page.split("This file is `docs/examples/my-cluster.yaml`", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(shown) == yaml.safe_load((ROOT / "docs" / "examples" / "my-cluster.yaml").read_text())
+
+
+def test_a_command_that_needs_the_shared_data_skips_without_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(globals(), "_shared", lambda: None)
+    page = _page(tmp_path, "```bash\ntrainsim whatif ../shared/data/straggler-traces/trace-ST.parquet\n```")
+    (block,) = blocks_of(page)
+    runner = BlockRunner(block, tmp_path / "w", tmp_path / "t", set(), [])
+    result = runner.outcome(0)
+    assert result.status == "skip" and "../shared" in result.message
+
+
+def test_a_failing_command_fails_with_the_command_and_its_error(tmp_path):
+    page = _page(tmp_path, "```bash\ntrainsim predict -m no-such-model -n 8 --gbs 8\n```")
+    (block,) = blocks_of(page)
+    result = BlockRunner(block, tmp_path / "w", tmp_path / "t", set(), []).outcome(0)
+    assert result.status == "fail"
+    assert "trainsim predict -m no-such-model" in result.message and "error:" in result.message
+
+
+def test_an_example_that_does_not_fit_fails_unless_marked(tmp_path):
+    text = "```bash\ntrainsim predict -m llama3-8b -s dgx-a100 -n 8 --gbs 64 --seq-length 2048\n```"
+    (block,) = blocks_of(_page(tmp_path, text))
+    result = BlockRunner(block, tmp_path / "w", tmp_path / "t", set(), []).outcome(0)
+    assert result.status == "fail" and "does not fit" in result.message
+    (block,) = blocks_of(_page(tmp_path, "<!-- docs-test: unfit shows the OOM -->\n" + text))
+    assert BlockRunner(block, tmp_path / "w2", tmp_path / "t2", set(), []).outcome(0).status == "ok"
+
+
+def test_a_prompted_loop_spans_its_lines(tmp_path):
+    page = _page(tmp_path, "\n".join([
+        "```console",
+        "$ for g in 4 8; do",
+        "    trainsim search --gpus-per-node $g",
+        "  done",
+        "some output",
+        "$ python scripts/x.py",
+        "```",
+    ]))
+    (block,) = blocks_of(page)
+    assert [(s.kind, s.text) for s in block.steps] == [
+        ("trainsim", "trainsim search --gpus-per-node 4"), ("trainsim", "trainsim search --gpus-per-node 8"),
+        ("not-run", "python scripts/x.py")]

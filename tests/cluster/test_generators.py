@@ -79,9 +79,11 @@ def test_trace_cli_and_casestudy(itp_dir: Path, tmp_path: Path, capsys) -> None:
                         "-o", str(out)], capsys)
     check_one_line_error(code, err, "--itp", "does not exist")
     code, stdout, err = run(["cluster", "casestudy", "vtrain2", "--itp", str(itp_dir / "cluster01.csv"),
-                             "--seed", "1", "--json"], capsys)
+                             "--seed", "1", "--time-scale", "1", "--json"], capsys)
     assert code == 0, err
-    rows = json.loads(stdout)["rows"]
+    result = json.loads(stdout)
+    assert result["framework"] == "megatron-lm-2021" and result["time_scale"] == 1.0
+    rows = result["rows"]
     assert [r["experiment"] for r in rows] == ["deadline-64", "deadline-128", "jct-32", "makespan-32"]
     for r in rows:
         assert r["best"] is not None and r["dp_only"] is not None and r["offered_load"] > 0

@@ -34,6 +34,18 @@ def _cluster_spec(cluster: str, failures: str | None, stragglers: str | None) ->
     return spec.model_copy(update=changes) if changes else spec
 
 
+def _framework(name: str) -> str:
+    """A ``--framework`` value, checked (one-line error naming the flag)."""
+    from trainsim.cluster.predictor_adapter import framework_of
+    from trainsim.errors import TrainsimError
+
+    try:
+        framework_of(name)
+    except TrainsimError as exc:
+        raise TrainsimError("--framework", exc.message, exc.hint) from None
+    return name
+
+
 def _overhead(kind: str, storage_gbps: float, restart_s: float) -> Any:
     from trainsim.cluster.throughput import OverheadModel
     from trainsim.errors import TrainsimError
@@ -81,6 +93,9 @@ def run_command(
     policy: str = typer.Option("fifo", "--policy", "-p", help="scheduling policy (see docs/cluster.md)"),
     throughput: str = typer.Option("best", "--throughput", help="best, dp-only, fixed or table:DIR"),
     search_space: str = typer.Option("tdp", "--search-space", help="tdp (vTrain's t, d, p) or full"),
+    framework: str | None = typer.Option(None, "--framework",
+                                         help="software stack of jobs without a framework column (e.g. "
+                                              "megatron-lm-2021; default megatron-core)"),
     seed: int = typer.Option(0, "--seed", help="seed of the failure and straggler substreams"),
     failures: str | None = typer.Option(None, "--failures", help="node_mtbf_h=H[,repair_h=R,restart_s=S]"),
     stragglers: str | None = typer.Option(None, "--stragglers",
@@ -108,7 +123,7 @@ def run_command(
     spec = _cluster_spec(cluster, failures, stragglers)
     from trainsim.cluster.throughput import ThroughputModel
 
-    tm = ThroughputModel.parse(throughput, search_space)
+    tm = ThroughputModel.parse(throughput, search_space, framework)
     if workers is not None and workers > 1:
         from trainsim.cluster.parallel import precompute
 
@@ -179,13 +194,14 @@ def curves_command(
     seq_length: int | None = typer.Option(None, "--seq-length", help="sequence length (default: the model's)"),
     source: str = typer.Option("best", "--source", help="best or dp-only"),
     search_space: str = typer.Option("tdp", "--search-space", help="tdp or full"),
+    framework: str | None = typer.Option(None, "--framework", help="software stack (default megatron-core)"),
     fmt: str = typer.Option("table", "--format", help="table, json, csv or elasticflow"),
     json_out: bool = typer.Option(False, "--json", help="same as --format json"),
 ) -> None:
     """Iteration time over GPU counts for one job (the throughput curve a scheduler sees)."""
     from trainsim.cluster.curves import curve_records, format_curve
 
-    recs = curve_records(model, system, gbs, gpus, seq_length, source, search_space)
+    recs = curve_records(model, system, gbs, gpus, seq_length, source, search_space, framework)
     print(format_curve(recs, "json" if json_out else fmt, model, gbs), end="")
 
 
@@ -200,6 +216,9 @@ def trace_vtrain2(
     all_at_once: bool = typer.Option(False, "--all-at-once", help="submit every job at t=0 (makespan traces)"),
     gpu_scale: int = typer.Option(8, "--gpu-scale", help="GPUs per ITP GPU"),
     reference: str = typer.Option("dp-only", "--reference", help="throughput that turns durations into iterations"),
+    framework: str = typer.Option("megatron-lm-2021", "--framework",
+                                  help="the jobs' software stack, written on every row ('none': no column)"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="stretch ITP durations and arrival gaps alike"),
 ) -> None:
     """vTrain's case-study recipe on ITP arrivals."""
     from trainsim.cluster.generators import vtrain2
@@ -207,8 +226,9 @@ def trace_vtrain2(
     from trainsim.io.atomic import check_output_path
 
     check_output_path(output, "--output")
+    fw = None if framework == "none" else _framework(framework)
     df = vtrain2(itp, jobs, seed, cluster, deadlines=not no_deadlines, all_at_once=all_at_once,
-                 gpu_scale=gpu_scale, reference=reference)
+                 gpu_scale=gpu_scale, reference=reference, framework=fw, time_scale=time_scale)
     write_trace(df, output)
     print(f"wrote {len(df)} jobs to {output}")
 
@@ -223,6 +243,7 @@ def trace_poisson(
     mean_interarrival_s: float = typer.Option(600.0, "--mean-interarrival-s", help="mean gap between arrivals"),
     cluster: str = typer.Option("dgx-a100:128", "--cluster", "-c", help="cluster the trace is sized for"),
     no_deadlines: bool = typer.Option(False, "--no-deadlines", help="leave deadlines out"),
+    framework: str | None = typer.Option(None, "--framework", help="software stack written on every row"),
 ) -> None:
     """Poisson arrivals with ITP job sizes."""
     from trainsim.cluster.generators import poisson
@@ -231,7 +252,8 @@ def trace_poisson(
 
     check_output_path(output, "--output")
     df = poisson(itp_sizes, jobs, [m.strip() for m in models.split(",") if m.strip()], seed,
-                 mean_interarrival_s=mean_interarrival_s, cluster=cluster, deadlines=not no_deadlines)
+                 mean_interarrival_s=mean_interarrival_s, cluster=cluster, deadlines=not no_deadlines,
+                 framework=None if framework is None else _framework(framework))
     write_trace(df, output)
     print(f"wrote {len(df)} jobs to {output}")
 
@@ -266,6 +288,9 @@ def casestudy_vtrain2(
     cluster: str = typer.Option("dgx-a100:128", "--cluster", "-c", help="cluster (vTrain: 128 DGX A100)"),
     policy: str = typer.Option("elasticflow", "--policy", help="policy run with both throughput sources"),
     spaces: str = typer.Option("tdp", "--search-spaces", help="tdp, full or tdp,full"),
+    framework: str = typer.Option("megatron-lm-2021", "--framework", help="the jobs' software stack (vTrain's)"),
+    time_scale: float = typer.Option(10.0, "--time-scale",
+                                     help="stretch ITP durations and arrival gaps alike (LLM job lengths)"),
     out: Path | None = typer.Option(None, "--out", "-o", help="directory for every run's outputs"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -275,7 +300,8 @@ def casestudy_vtrain2(
 
     if out is not None:
         check_output_path(out, "--out", directory=True)
-    result = run_casestudy(itp, seed, cluster, policy, [s.strip() for s in spaces.split(",")], out)
+    result = run_casestudy(itp, seed, cluster, policy, [s.strip() for s in spaces.split(",")], out,
+                           framework=_framework(framework), time_scale=time_scale)
     if json_out:
         from trainsim.cli.output import print_json
         from trainsim.cluster.outputs import clean_json

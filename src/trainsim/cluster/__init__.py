@@ -60,12 +60,16 @@ def check_fits(specs: list[JobSpec], cluster: ClusterSpec, tm: ThroughputModel, 
 
 def run(trace: str | Path | pd.DataFrame, cluster: str | Path | dict[str, Any] | ClusterSpec, *,
         policy: str | Policy = "fifo", throughput: str | ThroughputModel = "best", search_space: str = "tdp",
-        overhead: OverheadModel | None = None, seed: int = 0, until_s: float | None = None,
-        progress: Callable[[int, int], None] | None = None) -> SimulationResult:
-    """Validate the inputs and run the event loop; returns the raw :class:`SimulationResult`."""
+        framework: str | None = None, overhead: OverheadModel | None = None, seed: int = 0,
+        until_s: float | None = None, progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+    """Validate the inputs and run the event loop; returns the raw :class:`SimulationResult`.
+
+    ``framework`` is the software stack of jobs whose trace row names none (default: trainsim's, megatron-core).
+    """
     df = load_trace(trace)
     spec = load_cluster(cluster)
-    tm = throughput if isinstance(throughput, ThroughputModel) else ThroughputModel.parse(throughput, search_space)
+    tm = (throughput if isinstance(throughput, ThroughputModel)
+          else ThroughputModel.parse(throughput, search_space, framework))
     pol = get_policy(policy)
     specs = job_specs(df, lambda r: int(r.global_batch_size) * int(r.seq_length if r.seq_length is not pd.NA
                                                                     else tm.model(str(r.model)).seq_length))
@@ -82,13 +86,16 @@ def run(trace: str | Path | pd.DataFrame, cluster: str | Path | dict[str, Any] |
 
 def simulate(trace: str | Path | pd.DataFrame, cluster: str | Path | dict[str, Any] | ClusterSpec, *,
              policy: str | Policy = "fifo", throughput: str | ThroughputModel = "best", search_space: str = "tdp",
-             overhead: OverheadModel | None = None, seed: int = 0,
+             framework: str | None = None, overhead: OverheadModel | None = None, seed: int = 0,
              until_s: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """Simulate a trace on a cluster; return ``(jobs, allocations, metrics)`` (two DataFrames and a dict)."""
+    """Simulate a trace on a cluster; return ``(jobs, allocations, metrics)`` (two DataFrames and a dict).
+
+    ``framework``: software stack of the jobs whose trace row has no ``framework`` (e.g. ``megatron-lm-2021``).
+    """
     from trainsim.cluster.outputs import allocations_frame, jobs_frame, metrics
 
-    res = run(trace, cluster, policy=policy, throughput=throughput, search_space=search_space, overhead=overhead,
-              seed=seed, until_s=until_s)
+    res = run(trace, cluster, policy=policy, throughput=throughput, search_space=search_space, framework=framework,
+              overhead=overhead, seed=seed, until_s=until_s)
     alloc = allocations_frame(res)
     jobs = jobs_frame(res, alloc)
     return jobs, alloc, metrics(res, jobs, alloc)

@@ -28,8 +28,9 @@ def parse_gpus(text: str) -> list[int]:
 
 
 def curve_records(model: str, system: str, gbs: int, gpus: str, seq_length: int | None, source: str,
-                  space: str) -> list[dict[str, Any]]:
-    """One record per GPU count: ``num_gpus, iteration_time_s, plan, fits`` (and tp, pp, dp, mfu)."""
+                  space: str, framework: str | None = None) -> list[dict[str, Any]]:
+    """One record per GPU count: ``num_gpus, iteration_time_s, plan, fits`` (and tp, pp, dp, mfu), for the software
+    stack ``framework`` (default: trainsim's)."""
     if source not in ("best", "dp-only"):
         raise TrainsimError("--source", f"unknown source {source!r}", "use best or dp-only")
     if gbs <= 0:
@@ -39,7 +40,7 @@ def curve_records(model: str, system: str, gbs: int, gpus: str, seq_length: int 
 
     gpn = load_system(system).node.gpus_per_node
     pool = Pool(name=system, system=system, nodes=max(1, math.ceil(sizes[-1] / gpn)))
-    tm = ThroughputModel.parse(source, space)
+    tm = ThroughputModel.parse(source, space, framework)
     tm.model(model)
     job = JobSpec(0, "curve", 0.0, model, gbs, seq_length, 1, None, sizes[0], None, None, 1.0, "default", None, None)
     unit = tm.unit(job, pool)

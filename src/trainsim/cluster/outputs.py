@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from trainsim.cluster.engine import ALLOCATION_COLUMNS, SimulationResult
+from trainsim.spec.framework import DEFAULT_FRAMEWORK
 
 JOB_COLUMNS = ("job_id", "model", "tenant", "submit_time_s", "admitted", "reject_reason", "first_start_s", "end_s",
                "deadline_s", "met_deadline", "jct_s", "queue_s", "iterations", "gpu_hours", "cost_usd", "restarts",
@@ -100,6 +101,7 @@ def metrics(res: SimulationResult, jobs: pd.DataFrame, alloc: pd.DataFrame) -> d
     return {
         "policy": res.policy,
         "throughput": res.throughput.source + ("" if res.throughput.source == "table" else f":{res.throughput.space}"),
+        "framework": res.throughput.framework or DEFAULT_FRAMEWORK,
         "n_jobs": len(jobs),
         "n_finished": int(done.sum()),
         "dsr": float(met[with_dl].mean()) if with_dl.any() else None,

@@ -29,7 +29,8 @@ def precompute(trace: str | Path | pd.DataFrame, cluster: ClusterSpec, tm: Throu
     for s in classes.values():
         for pool in cluster.pools:
             sizes = sorted(set(pow2_sizes(pool.num_gpus)) | {s.requested_gpus})
-            tasks.append((ThroughputModel(source=tm.source, space=tm.space, table_dir=tm.table_dir), s, pool, sizes))
+            tasks.append((ThroughputModel(source=tm.source, space=tm.space, table_dir=tm.table_dir,
+                                          framework=tm.framework), s, pool, sizes))
     with ProcessPoolExecutor(max_workers=workers) as ex:
         for (_, s, pool, _), res in zip(tasks, ex.map(_points, tasks), strict=True):
             for n, p in res:

@@ -4,21 +4,36 @@ Everything the throughput model needs from the rest of trainsim goes through the
 GPU count (:func:`best_plan`, trainsim's search), the time of a plan with given tensor and pipeline degrees
 (:func:`plan_with`, the same search with those dimensions listed) and the slowdown of a plan when one GPU computes
 ``factor`` times slower (:func:`straggler_slowdown`, the event engine's ``--slow-rank`` through the cached
-:class:`~trainsim.service.Predictor`).
+:class:`~trainsim.service.Predictor`). Every function takes the software stack by name (``framework``: a preset
+``NAME[@version]`` or a profile YAML path, :func:`trainsim.spec.framework.load_framework`); ``None`` is trainsim's
+default stack.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 from trainsim.errors import TrainsimWarning
+from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.model import Model
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
 SearchSpaceName = Literal["tdp", "full"]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _memo(maxsize: int) -> Callable[[_F], _F]:
+    """``functools.lru_cache`` that keeps the function's signature for type checkers (the frozen specs are hashable
+    at run time; their pydantic stubs do not say so)."""
+
+    def wrap(fn: _F) -> _F:
+        return cast(_F, lru_cache(maxsize=maxsize)(fn))
+
+    return wrap
 #: The cluster's ``full`` space besides tensor and pipeline degrees: micro-batch 1, 2 or 4, every recompute mode,
 #: the distributed optimizer and sequence parallelism (virtual stages, context/expert parallelism and rank orders are
 #: left at their defaults: opening them costs 100-500× more per GPU count, see docs/cluster.md).
@@ -46,6 +61,18 @@ class PlanPoint(NamedTuple):
         return f"t{self.tp}p{self.pp}d{self.dp}"
 
 
+@lru_cache(maxsize=64)
+def framework_of(name: str | None) -> Framework:
+    """The resolved framework profile of a name (``None``: trainsim's default), loaded once."""
+    return load_framework(name)
+
+
+def full_space(framework: str | None) -> dict[str, Any]:
+    """:data:`FULL_SPACE` within what the stack offers (no distributed optimizer where it has none)."""
+    fw = framework_of(framework)
+    return {**FULL_SPACE, "zero_stage": str(min(int(FULL_SPACE["zero_stage"]), fw.max_zero_stage))}
+
+
 def template(training: Training, space: SearchSpaceName) -> Training:
     """The training template of a search space: vTrain's (t, d, p) space fixes micro-batch 1, full recompute and no
     optimizer sharding; ``full`` opens the :data:`FULL_SPACE` dimensions."""
@@ -56,17 +83,17 @@ def template(training: Training, space: SearchSpaceName) -> Training:
 
 
 def _search(model: Model, system: System, training: Training, num_gpus: int, space: SearchSpaceName,
-            tp: int | None, pp: int | None) -> PlanPoint | None:
+            tp: int | None, pp: int | None, framework: str | None) -> PlanPoint | None:
     from trainsim.search import SearchSpace, search
 
     dims: dict[str, Any] = {"tp": tp if tp is not None else "all", "pp": pp if pp is not None else "all"}
     if space == "full":
-        dims.update(FULL_SPACE)
+        dims.update(full_space(framework))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainsimWarning)
         try:
             sp = SearchSpace(model=model, system=system, num_gpus=num_gpus, training=template(training, space),
-                             others="default", **dims)
+                             others="default", framework=framework_of(framework), **dims)
             result = search(sp, objective="time", workers=1)
         except ValueError:
             return None
@@ -77,20 +104,20 @@ def _search(model: Model, system: System, training: Training, num_gpus: int, spa
                      best.recompute, bool(best.fits), float(best.mfu or 0.0), float(best.peak_memory_bytes))
 
 
-@lru_cache(maxsize=200_000)
+@_memo(200_000)
 def best_plan(model: Model, system: System, training: Training, num_gpus: int,
-              space: SearchSpaceName = "tdp") -> PlanPoint | None:
+              space: SearchSpaceName = "tdp", framework: str | None = None) -> PlanPoint | None:
     """The fastest plan that fits on ``num_gpus`` GPUs of ``system`` (``None`` when none fits)."""
-    return _cached(model, system, training, num_gpus, space, None, None)
+    return _cached(model, system, training, num_gpus, space, None, None, framework)
 
 
-@lru_cache(maxsize=200_000)
+@_memo(200_000)
 def plan_with(model: Model, system: System, training: Training, num_gpus: int, tp: int, pp: int,
-              space: SearchSpaceName = "tdp") -> PlanPoint | None:
+              space: SearchSpaceName = "tdp", framework: str | None = None) -> PlanPoint | None:
     """The fastest plan with tensor degree ``tp`` and pipeline degree ``pp`` (data parallel fills the rest)."""
     if num_gpus % (tp * pp):
         return None
-    return _cached(model, system, training, num_gpus, space, tp, pp)
+    return _cached(model, system, training, num_gpus, space, tp, pp, framework)
 
 
 # ---- persistent cache ------------------------------------------------------------------------------------------------
@@ -129,24 +156,25 @@ def _cache_dir() -> object:
     return Path(env) if env else Path.home() / ".cache" / "trainsim"
 
 
-def _class_key(model: Model, system: System, training: Training, space: str) -> str:
+def _class_key(model: Model, system: System, training: Training, space: str, framework: str | None) -> str:
     import hashlib
     import json
 
     blob = json.dumps([model.model_dump(mode="json"), system.model_dump(mode="json"),
-                       training.model_dump(mode="json"), space, _fingerprint()], sort_keys=True)
+                       training.model_dump(mode="json"), space, _fingerprint(),
+                       framework_of(framework).model_dump(mode="json")], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def _cached(model: Model, system: System, training: Training, num_gpus: int, space: SearchSpaceName,
-            tp: int | None, pp: int | None) -> PlanPoint | None:
+            tp: int | None, pp: int | None, framework: str | None) -> PlanPoint | None:
     root = _cache_dir()
     if root is None:
-        return _search(model, system, training, num_gpus, space, tp, pp)
+        return _search(model, system, training, num_gpus, space, tp, pp, framework)
     import json
     from pathlib import Path
 
-    key = _class_key(model, system, training, space)
+    key = _class_key(model, system, training, space, framework)
     table = _DISK.get(key)
     if table is None:
         path = Path(str(root)) / "cluster" / f"{key}.json"
@@ -159,7 +187,7 @@ def _cached(model: Model, system: System, training: Training, num_gpus: int, spa
     if item in table:
         row = table[item]
         return None if row is None else PlanPoint(*row)  # type: ignore[arg-type]
-    p = _search(model, system, training, num_gpus, space, tp, pp)
+    p = _search(model, system, training, num_gpus, space, tp, pp, framework)
     table[item] = None if p is None else list(p)
     _DIRTY.add(key)
     return p
@@ -185,8 +213,9 @@ def flush_cache() -> None:
     _DIRTY.clear()
 
 
-@lru_cache(maxsize=4096)
-def straggler_slowdown(model: Model, system: System, training: Training, point: PlanPoint, factor: float) -> float:
+@_memo(4096)
+def straggler_slowdown(model: Model, system: System, training: Training, point: PlanPoint, factor: float,
+                       framework: str | None = None) -> float:
     """Iteration-time ratio when one GPU of the plan computes ``factor`` times slower: the event engine's
     ``--slow-rank 0=FACTOR`` over the same engine without it (through the cached :class:`~trainsim.service.Predictor`).
     """
@@ -200,7 +229,7 @@ def straggler_slowdown(model: Model, system: System, training: Training, point: 
         tr = training.model_copy(update={"micro_batch_size": point.micro_batch_size,
                                          "recompute_granularity": point.recompute})
         job = Job(model=model, system=system, parallelism=Parallelism(tp=point.tp, pp=point.pp), training=tr,
-                  num_gpus=point.num_gpus)
+                  num_gpus=point.num_gpus, framework=framework_of(framework))
         slow = _event_predictor(factor).metrics(job).iteration_time_s
         base = _event_predictor(1.0).metrics(job).iteration_time_s
     return float(slow / base)

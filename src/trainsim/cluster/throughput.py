@@ -38,12 +38,12 @@ SOURCES = ("best", "dp-only", "fixed", "table")
 #: Bytes per parameter written by a checkpoint: bf16 weights (2) + fp32 master weights, Adam m and v (12).
 CHECKPOINT_BYTES_PER_PARAM = 14.0
 
-JobKey = tuple[str, int, int | None, tuple[int, int] | None]
+JobKey = tuple[str, int, int | None, tuple[int, int] | None, str | None]
 
 
 def job_key(job: JobSpec) -> JobKey:
-    """What the throughput of a job depends on (besides the GPUs): model, batch, sequence, fixed plan."""
-    return (job.model, job.global_batch_size, job.seq_length, job.plan)
+    """What the throughput of a job depends on (besides the GPUs): model, batch, sequence, fixed plan, framework."""
+    return (job.model, job.global_batch_size, job.seq_length, job.plan, job.framework)
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,8 @@ class ThroughputModel:
     source: str = "best"
     space: pa.SearchSpaceName = "tdp"
     table_dir: str | None = None
+    #: software stack of jobs whose trace row names none (``None``: trainsim's default, megatron-core)
+    framework: str | None = None
     _models: dict[str, Model] = field(default_factory=dict)
     _curves: dict[tuple[JobKey, str, tuple[int, ...]], Curve] = field(default_factory=dict)
     _points: dict[tuple[JobKey, str, int, int], pa.PlanPoint | None] = field(default_factory=dict)
@@ -149,15 +151,26 @@ class ThroughputModel:
     _table: dict[tuple[str, int], dict[int, float]] | None = None
 
     @classmethod
-    def parse(cls, text: str, space: str = "tdp") -> ThroughputModel:
-        """From the CLI form: ``best``, ``dp-only``, ``fixed`` or ``table:DIR``."""
+    def parse(cls, text: str, space: str = "tdp", framework: str | None = None) -> ThroughputModel:
+        """From the CLI form: ``best``, ``dp-only``, ``fixed`` or ``table:DIR``; ``framework`` is the default
+        software stack (a preset ``NAME[@version]`` or a profile YAML; checked here)."""
         if space not in ("tdp", "full"):
             raise TrainsimError("--search-space", f"unknown search space {space!r}", "use tdp or full")
+        if framework is not None:
+            try:
+                pa.framework_of(framework)
+            except TrainsimError as exc:
+                raise TrainsimError("--framework", exc.message, exc.hint) from None
         if text.startswith("table:"):
-            return cls(source="table", space=space, table_dir=text[len("table:"):])  # type: ignore[arg-type]
+            return cls(source="table", space=space, table_dir=text[len("table:"):],  # type: ignore[arg-type]
+                       framework=framework)
         if text not in ("best", "dp-only", "fixed"):
             raise TrainsimError("--throughput", f"unknown source {text!r}", "use best, dp-only, fixed or table:DIR")
-        return cls(source=text, space=space)  # type: ignore[arg-type]
+        return cls(source=text, space=space, framework=framework)  # type: ignore[arg-type]
+
+    def framework_of(self, job: JobSpec) -> str | None:
+        """The software stack of a job: its trace's ``framework``, else the model's default."""
+        return job.framework if job.framework is not None else self.framework
 
     # ---- inputs -------------------------------------------------------------------------------------------------
     def model(self, name: str) -> Model:
@@ -180,18 +193,23 @@ class ThroughputModel:
 
     # ---- points -------------------------------------------------------------------------------------------------
     def _dp_only_base(self, job: JobSpec, pool: Pool) -> tuple[int, int] | None:
+        """ElasticFlow's view of a model that needs model parallelism: the smallest tensor × pipeline product that
+        fits, both degrees powers of two (ElasticFlow allocates power-of-two GPU counts and scales data parallelism
+        by powers of two, so any other product would leave GPUs of every allocation idle), tensor inside a node
+        first (among equal products the largest tensor degree, Megatron's rule), tensor dividing the heads and
+        pipeline the layers; it must fit with data parallelism too (k = 1 and 2 replicas)."""
         key = (job_key(job), pool.name)
         if key not in self._dp_base:
             model, system = self.model(job.model), pool.resolved_system
             gpn = system.node.gpus_per_node
+            fw = self.framework_of(job)
             options = [(tp * pp, -tp, tp, pp)
                        for tp in pow2_sizes(gpn) if model.num_attention_heads % tp == 0
-                       for pp in range(1, model.num_layers + 1) if model.num_layers % pp == 0 and tp * pp <= 4096]
+                       for pp in pow2_sizes(model.num_layers) if model.num_layers % pp == 0]
             found = None
             for _, _, tp, pp in sorted(options):
-                # it must fit with data parallelism too (DP adds gradient buffers), or it cannot scale at all
-                ok = all((p := pa.plan_with(model, system, self.training(job), k * tp * pp, tp, pp, self.space))
-                         is not None and p.fits for k in (1, 2))
+                ok = all((p := pa.plan_with(model, system, self.training(job), k * tp * pp, tp, pp, self.space,
+                                            fw)) is not None and p.fits for k in (1, 2))
                 if ok:
                     found = (tp, pp)
                     break
@@ -209,18 +227,19 @@ class ThroughputModel:
         model, training = self.model(job.model), self.training(job)
         system = shaped_system(pool.resolved_system, gpn)
         p: pa.PlanPoint | None
+        fw = self.framework_of(job)
         if self.source == "best":
-            p = pa.best_plan(model, system, training, n, self.space)
+            p = pa.best_plan(model, system, training, n, self.space, fw)
         elif self.source == "dp-only":
             base = self._dp_only_base(job, pool)
-            p = None if base is None else pa.plan_with(model, system, training, n, base[0], base[1], self.space)
+            p = None if base is None else pa.plan_with(model, system, training, n, base[0], base[1], self.space, fw)
             if p is not None and base is not None and base[0] > gpn:
                 p = None
         elif self.source == "fixed":
             if job.plan is None:
                 raise TrainsimError(f"trace job {job.job_id}, plan", "is empty but --throughput fixed needs it",
                                     "give every job a plan such as t2p4, or use --throughput best")
-            p = pa.plan_with(model, system, training, n, job.plan[0], job.plan[1], self.space)
+            p = pa.plan_with(model, system, training, n, job.plan[0], job.plan[1], self.space, fw)
         else:
             p = self._table_point(job, n)
         if p is not None and not p.fits:
@@ -265,7 +284,8 @@ class ThroughputModel:
         """Iteration-time ratio of ``point`` with one GPU ``factor``× slower (the event engine's ``--slow-rank``)."""
         if self.source == "table":
             return factor
-        return pa.straggler_slowdown(self.model(job.model), pool.resolved_system, self.training(job), point, factor)
+        return pa.straggler_slowdown(self.model(job.model), pool.resolved_system, self.training(job), point, factor,
+                                     self.framework_of(job))
 
     # ---- tables -------------------------------------------------------------------------------------------------
     def _load_table(self) -> dict[tuple[str, int], dict[int, float]]:

@@ -4,7 +4,8 @@ Columns (SI units): ``job_id`` (unique), ``submit_time_s``, ``model`` (preset, H
 ``global_batch_size``, ``seq_length`` (optional: the model's), ``iterations`` or ``train_tokens`` (one of them per
 row), ``deadline_s`` (absolute, optional), ``requested_gpus``, ``min_gpus`` / ``max_gpus`` (optional elastic
 bounds), ``weight`` (or ``priority``; default 1), ``tenant`` (default ``default``), ``pool`` (optional constraint),
-``plan`` (optional fixed plan ``t2p4d8``). Rows are ordered by submission time, ties by row order.
+``plan`` (optional fixed plan ``t2p4d8``), ``framework`` (optional software stack, a preset ``NAME[@version]`` or a
+profile YAML; default: the run's ``--framework``). Rows are ordered by submission time, ties by row order.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from trainsim.errors import TrainsimError
 
 REQUIRED = ("job_id", "submit_time_s", "model", "global_batch_size", "requested_gpus")
 OPTIONAL = ("seq_length", "iterations", "train_tokens", "deadline_s", "min_gpus", "max_gpus", "weight", "tenant",
-            "pool", "plan")
+            "pool", "plan", "framework")
 COLUMNS = REQUIRED + OPTIONAL
 ALIASES = {"priority": "weight"}
 _PLAN = re.compile(r"^t(\d+)p(\d+)(?:d(\d+))?$")
@@ -48,6 +49,7 @@ class JobSpec:
     tenant: str
     pool: str | None
     plan: tuple[int, int] | None
+    framework: str | None = None
 
 
 def records(df: pd.DataFrame) -> Iterator[Any]:
@@ -74,7 +76,8 @@ def read_trace_file(path: str | Path) -> pd.DataFrame:
     try:
         if p.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(p)
-        return pd.read_csv(p, dtype={"job_id": str, "model": str, "tenant": str, "pool": str, "plan": str})
+        return pd.read_csv(p, dtype={"job_id": str, "model": str, "tenant": str, "pool": str, "plan": str,
+                                     "framework": str})
     except (OSError, ValueError) as exc:
         raise TrainsimError("trace", f"cannot read '{p}': {str(exc).splitlines()[0]}", "give a CSV or Parquet file")\
             from None
@@ -190,6 +193,17 @@ def validate_trace(df: pd.DataFrame, *, check_models: bool = True) -> pd.DataFra
     for i, text in enumerate(out["plan"]):
         if text is not None:
             parse_plan(str(text), _where(df, i, "plan"))
+    out["framework"] = (df["framework"].astype(object).where(df["framework"].notna(), None)
+                        if "framework" in df.columns else pd.Series([None] * len(df), dtype=object))
+    if "framework" in df.columns:
+        from trainsim.spec.framework import load_framework
+
+        for name in dict.fromkeys(x for x in out["framework"] if x is not None):
+            try:
+                load_framework(str(name))
+            except TrainsimError as exc:
+                i = int(np.argmax((out["framework"] == name).to_numpy()))
+                raise TrainsimError(_where(df, i, "framework"), exc.message, exc.hint) from None
     mn, mx, req = out["min_gpus"], out["max_gpus"], out["requested_gpus"]
     for i in range(len(out)):
         lo = mn.iloc[i]
@@ -240,7 +254,8 @@ def job_specs(trace: pd.DataFrame, tokens_per_iteration: Any = None) -> list[Job
             requested_gpus=int(r.requested_gpus),
             min_gpus=None if r.min_gpus is pd.NA else int(r.min_gpus),
             max_gpus=None if r.max_gpus is pd.NA else int(r.max_gpus),
-            weight=float(r.weight), tenant=str(r.tenant), pool=None if r.pool is None else str(r.pool), plan=plan))
+            weight=float(r.weight), tenant=str(r.tenant), pool=None if r.pool is None else str(r.pool), plan=plan,
+            framework=None if getattr(r, "framework", None) is None else str(r.framework)))
     return out
 
 

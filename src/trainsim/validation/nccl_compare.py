@@ -20,6 +20,18 @@ from trainsim.spec.presets import load_system
 
 DATA_FILE = "nccl_tests.csv"
 
+#: Public results we looked for and could not source precisely enough to add a row (said in VALIDATION.md).
+NOT_SOURCED = (
+    "Not in the table, for want of numbers we could source precisely: the Perlmutter (A100, 4 GPUs and 4",
+    "Slingshot-11 NICs per node) nccl-tests data described in NERSC's and others' papers — the PCCL paper",
+    "(Singh et al., arXiv 2504.18658) reports NCCL's all-gather/reduce-scatter up to 5.7x slower than its",
+    "hierarchical algorithms on Perlmutter at scale, and De Sensi et al. (SC24, arXiv 2408.14090) up to 50%",
+    "of all-reduce goodput lost to network noise at 1,024 GPUs on Leonardo (A100, InfiniBand HDR), but the",
+    "texts available to us give no per-size bus bandwidths — and NVIDIA's own published DGX A100/H100",
+    "multi-node nccl-tests tables. Both point the same way as the 2-node H100 rows above: NCCL's tuner model,",
+    "which `trainsim.cost.nccl` reproduces, is optimistic for multi-node collectives, increasingly so at scale.",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
@@ -104,4 +116,5 @@ def nccl_section() -> str:
         lines += ["", f"Mean |error| {sum(errors) / len(errors):.0%}, max {max(errors):.0%} over {len(rows)} points."]
     lines += ["", "Sources:"]
     lines += [f"[{i}] {url}" for url, i in sources.items()]
+    lines += ["", *NOT_SOURCED]
     return "\n".join(lines) + "\n"

@@ -356,8 +356,9 @@ def render_markdown(report: ValidationReport) -> str:
         "## Memory: every measured run must fit",
         "",
         f"Every run ran, so it fitted in its GPU; the memory model says **{fits} of {len(report.rows)} fit**"
-        + (f" ({len(tight)} of them *fits, tight*: {', '.join(tight)})" if tight else "")
-        + ". A plan fits when what must be resident fits (states, context, NCCL buffers and the activation or",
+        + (f" ({len(tight)} of them *fits, tight*: {', '.join(tight)})" if tight else "") + ".",
+        "",
+        "A plan fits when what must be resident fits (states, context, NCCL buffers and the activation or",
         "optimizer-step peak); the caching allocator's reserve only makes it tight, since PyTorch releases cached",
         "blocks before it reports out of memory (`trainsim.workload.memory.device_peak`). The fp32 copy of",
         "16-bit gradients exists only during the optimizer step (`main_grad_copy_bytes`). Rows predicted not to",
@@ -390,7 +391,7 @@ def render_markdown(report: ValidationReport) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report.rows:
-        mem = f"{r.peak_memory_gb:.0f} GB" + ("" if r.fits else " (does not fit)")
+        mem = f"{r.peak_memory_gb:.0f} GB" + (" (fits, tight)" if r.tight else "" if r.fits else " (does not fit)")
         lines.append(f"| {r.id} | `{r.framework}` | {r.measured_s:.3f} | {r.predicted_s:.3f} | {_pct(r.error)} | "
                      f"{_pct(r.held_out_error)} | {r.mfu * 100:.1f}% | {mem} |")
     worst = sorted(report.rows, key=lambda r: -abs(r.error))[:5]
@@ -431,4 +432,46 @@ def render_markdown(report: ValidationReport) -> str:
     nccl = _nccl_section()
     if nccl:
         lines += [nccl.rstrip(), ""]
+    lines += zero3_scale_lines()
     return "\n".join(lines)
+
+
+#: Sharded data parallelism at scale: the plans ``zero3_scale_lines`` predicts (model preset or shape, seq, GPUs).
+ZERO3_CASES = (("llama2-70b", 4096, 1024), ("llama2-70b", 4096, 2048))
+ZERO3_FRAMEWORKS = ("fsdp", "deepspeed", "torchtitan")
+
+
+def zero3_scale_lines() -> list[str]:
+    """A table of what the model says for ZeRO-3 / FSDP at 1,000+ A100 (no measurement to compare with)."""
+    from trainsim.spec import Job, Training, load_model, load_system
+
+    lines = [
+        "## ZeRO-3 / FSDP at 1,000+ GPUs (predictions, no measured row)",
+        "",
+        "No row of the fitted data uses a sharded engine; these are the model's predictions for a 70B model on",
+        "DGX-A100 with ZeRO-3 (mbs 1, gbs 2048, full recomputation) under each sharded stack, with the per-layer",
+        "collectives of `trainsim.workload.sharding` (per-layer all-gathers, again in backward when resharding",
+        "after forward, per-layer reduce-scatters in the profile's reduce dtype, one layer of prefetch, DeepSpeed's",
+        "per-sub-module gathers) priced by `trainsim.cost.nccl` (ring latency growing with the group, the node's",
+        "NICs shared by the group's members there). *dp exposed* is the data-parallel time not hidden by compute.",
+        "",
+        "| model | GPUs | framework | iteration s | tokens/s/GPU | MFU | dp exposed s | per-layer gather ms |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    from trainsim.cost.comm import placements_of
+    from trainsim.cost.job_costs import default_cost_model, zero3_layer_comm
+
+    for name, seq, n in ZERO3_CASES:
+        model = load_model(name)
+        for fw in ZERO3_FRAMEWORKS:
+            job = Job(model=model, system=load_system("dgx-a100"), num_gpus=n, framework=fw,
+                      training=Training(global_batch_size=2048, micro_batch_size=1, seq_length=seq, zero_stage=3,
+                                        recompute_granularity="full", precision="bf16"))
+            p = predict(job)
+            comm = zero3_layer_comm(job, default_cost_model(job), placements_of(job)["dp_cp"],
+                                    model.num_params, model.num_layers)
+            gather = "—" if comm is None else f"{comm.gather * 1e3:.1f}"
+            lines.append(f"| {name} | {n} | `{fw}` | {p.iteration_time_s:.2f} | {p.tokens_per_s_per_gpu:.0f} | "
+                         f"{p.mfu * 100:.1f}% | {p.breakdown_s.get('dp_comm', 0.0):.2f} | {gather} |")
+    lines.append("")
+    return lines

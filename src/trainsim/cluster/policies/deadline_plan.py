@@ -9,7 +9,7 @@ Rules, at every event (pools in spec order, jobs in trace order on ties):
    lowest cost (GPUs × remaining time × the pool's price; ties: fewer GPUs, then pool order), among those with room;
    a running job keeps its configuration while it still meets the deadline (a move costs a restart).
 3. **Leftovers**: every pool's remaining GPUs go, one usable size step at a time, to the job on that pool whose step
-   gains the most throughput per GPU relative to its remaining work (as ``elasticflow``); jobs without a deadline
+   costs the least extra GPU-time for its remaining work (as ``elasticflow``); jobs without a deadline
    start on the pool where their smallest usable size is cheapest. Running jobs keep their size and are grown only
    at rebalances (every ``rebalance_s``, default 600 s), as in ``elasticflow``.
 """
@@ -64,10 +64,11 @@ class DeadlinePlan(RebalancingPolicy):
             new = i not in self.seen
             self.seen.add(i)
             keep = None
-            if js.running and js.pool is not None and js.gpus <= free[js.pool]:
+            deadline = js.spec.deadline_s
+            if js.running and js.pool is not None and js.gpus <= free[js.pool] and deadline is not None:
                 pool = next(p for p in view.pools if p.name == js.pool)
                 t = view.time_at(js.spec, pool, js.gpus)
-                if view.now + js.remaining * t <= js.spec.deadline_s:
+                if view.now + js.remaining * t <= deadline:
                     keep = (js.pool, js.gpus)
             cfg = keep or self._cheapest(view, js, free)
             if cfg is None:

@@ -33,16 +33,24 @@ class RebalancingPolicy(Policy):
 
 
 class Sizes:
-    """The usable GPU counts of a job on a pool (faster than every smaller one, within its min/max), with times."""
+    """The usable GPU counts of a job on a pool (faster than every smaller one, within its min/max), with times.
+
+    ``pow2``: only powers of two (ElasticFlow's buddy allocation); the usable rule is applied among those.
+    """
 
     __slots__ = ("_neg_times", "_size_list", "_time_list", "sizes", "times")
 
-    def __init__(self, view: View, js: JobState, pool: Pool) -> None:
+    def __init__(self, view: View, js: JobState, pool: Pool, pow2: bool = False) -> None:
         c = view.curve(js.spec, pool)
         lo, hi = js.spec.min_gpus or 1, js.spec.max_gpus or pool.num_gpus
-        mask = c.usable & (c.sizes >= lo) & (c.sizes <= hi) & np.isfinite(c.times)
-        self.sizes = c.sizes[mask]
-        self.times = c.times[mask]
+        sizes, times = c.sizes, c.times
+        if pow2:
+            keep = (sizes & (sizes - 1)) == 0
+            sizes, times = sizes[keep], times[keep]
+        prior = np.minimum.accumulate(np.concatenate(([np.inf], times)))[:-1]
+        mask = (times < prior) & (sizes >= lo) & (sizes <= hi) & np.isfinite(times)
+        self.sizes = sizes[mask]
+        self.times = times[mask]
         self._size_list = [int(x) for x in self.sizes]
         self._time_list = [float(x) for x in self.times]
         self._neg_times = [-x for x in self._time_list]  # ascending: usable times strictly decrease with size
@@ -76,45 +84,112 @@ class Sizes:
 
 def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dict[int, Sizes],
              jobs: list[JobState]) -> int:
-    """Give ``free`` GPUs to ``jobs`` step by step (to each job's next usable size), best marginal gain first.
-
-    Gain of a step = its marginal scaling efficiency: (throughput after − before) / extra GPUs, over the job's
-    throughput per GPU at its smallest usable size (1 = linear scaling); starting a waiting job ranks above growing a
-    running one. Ties: trace order.
-    Returns the GPUs left.
+    """Give ``free`` GPUs to ``jobs`` step by step (to each job's next usable size), ElasticFlow's order: starting a
+    waiting job first, then the step with the smallest marginal GPU-time (its ``marginal_gputime``): the change of
+    the GPU-time the job's remaining work takes, ``R · (n2·t2 − n1·t1)``, per added GPU ``n2 − n1`` (0 for linear
+    scaling; it grows with poor scaling and with the remaining work ``R``, so short jobs are sped up first). Starting
+    a waiting job costs ``R · t2`` per GPU (its remaining time). Ties: trace order. Returns the GPUs left.
     """
-    heap: list[tuple[float, int, int, int]] = []
+    heap: list[tuple[int, float, int, int, int]] = []
+    remaining = {js.spec.index: max(js.remaining, 0.0) for js in jobs}
 
-    def push(js: JobState) -> None:
-        i = js.spec.index
-        if js.spec.index not in sizes:
+    def push(i: int) -> None:
+        if i not in sizes:
             return
-        nxt = sizes[i].next_after(alloc.get(i, 0))
+        s = sizes[i]
+        n1 = alloc.get(i, 0)
+        nxt = s.next_after(n1)
         if nxt is None:
             return
         n2, t2 = nxt
-        n1 = alloc.get(i, 0)
-        t1 = sizes[i].time(n1)
-        s = sizes[i]
-        per_gpu = 1.0 / (s._time_list[0] * s._size_list[0])  # throughput per GPU at the smallest usable size
-        gain = (1.0 / t2 - (0.0 if n1 == 0 else 1.0 / t1)) / (n2 - n1) / per_gpu
+        r = remaining[i]
         if n1 == 0:
-            gain += 1.0  # starting a waiting job comes before growing a running one
-        heapq.heappush(heap, (-gain, i, n2, n2 - n1))
+            heapq.heappush(heap, (0, r * t2, i, n2, n2))
+        else:
+            heapq.heappush(heap, (1, r * (n2 * t2 - n1 * s.time(n1)) / (n2 - n1), i, n2, n2 - n1))
 
-    by_index = {js.spec.index: js for js in jobs}
     for js in jobs:
-        push(js)
+        push(js.spec.index)
     while heap and free > 0:
-        _g, i, n2, extra = heapq.heappop(heap)
+        _k, _g, i, n2, extra = heapq.heappop(heap)
         if extra > free:
             continue  # this step no longer fits; smaller steps of other jobs may
         alloc[i] = n2
         free -= extra
-        push(by_index[i])
+        push(i)
     return free
 
 
 def targets(alloc: dict[int, int], pool: str, order: list[int]) -> dict[int, Target]:
     """Targets in ``order`` (running jobs first keeps their nodes stable)."""
     return {i: Target(pool, alloc[i]) for i in order if alloc.get(i, 0) > 0}
+
+
+class Timeline:
+    """Free GPUs of one pool over future time (a step function from ``now``), for ElasticFlow's admission control.
+
+    Built from reservations ``(end_s, gpus)`` that all start now (the admitted deadline jobs at their current minimum
+    satisfactory shares); :meth:`plan` fits a new job into it and :meth:`reserve` books the plan.
+    """
+
+    __slots__ = ("free", "now", "t")
+
+    def __init__(self, now: float, capacity: int, reservations: list[tuple[float, int]]) -> None:
+        live = sorted((e, g) for e, g in reservations if e > now and g > 0)
+        held = sum(g for _, g in live)
+        self.now = now
+        self.t = [now]
+        self.free = [capacity - held]
+        for end, g in live:
+            held -= g
+            if end == self.t[-1]:
+                self.free[-1] = capacity - held
+            else:
+                self.t.append(end)
+                self.free.append(capacity - held)
+
+    def _split(self, x: float) -> int:
+        """Index of the step starting at ``x`` (inserted if needed; ``x`` ≥ now)."""
+        i = bisect.bisect_right(self.t, x) - 1
+        if self.t[i] == x:
+            return i
+        self.t.insert(i + 1, x)
+        self.free.insert(i + 1, self.free[i])
+        return i + 1
+
+    def reserve(self, segments: list[tuple[float, float, int]]) -> None:
+        """Book ``(start, end, gpus)`` segments."""
+        for a, b, n in segments:
+            i, j = self._split(a), self._split(b)
+            for k in range(i, j):
+                self.free[k] -= n
+
+    def plan(self, sizes: Sizes, remaining: float, deadline: float) -> list[tuple[float, float, int]] | None:
+        """ElasticFlow's admission plan (its ``ef_sim_allocation``): the smallest quota ``q`` (a usable size) such that
+        running at the largest usable size ≤ min(q, free GPUs) in every step, filled backwards from the deadline,
+        finishes ``remaining`` iterations by ``deadline``; ``None`` when no quota does. Returns the booked segments.
+        """
+        size_list = sizes._size_list
+        if not size_list or deadline <= self.now:
+            return None
+        if remaining <= 0:
+            return []
+        last = bisect.bisect_left(self.t, deadline) - 1  # step containing the instant just before the deadline
+        for q in size_list:
+            done = 0.0
+            segs: list[tuple[float, float, int]] = []
+            for k in range(last, -1, -1):
+                a = self.t[k]
+                b = min(self.t[k + 1] if k + 1 < len(self.t) else math.inf, deadline)
+                cap = min(q, self.free[k])
+                j = bisect.bisect_right(size_list, cap) - 1
+                if j < 0 or b <= a:
+                    continue
+                n, t_iter = size_list[j], sizes._time_list[j]
+                gain = (b - a) / t_iter
+                if done + gain >= remaining:
+                    segs.append((b - (remaining - done) * t_iter, b, n))
+                    return segs[::-1]
+                done += gain
+                segs.append((a, b, n))
+        return None

@@ -1,32 +1,41 @@
 """``elasticflow``: ElasticFlow (Gu et al., ASPLOS'23): admission control, minimum satisfactory shares, elastic
 scale-out of the leftovers.
 
-Rules, at every event:
+Rules, at every event (GPU counts are powers of two, as in ElasticFlow's buddy allocation and its throughput
+profiles on 1, 2, 4, … GPUs; ``pow2=False`` opens every size on the throughput curve):
 
-1. **Admission** (once, when a job is first seen): a job with a deadline is admitted if its minimum satisfactory
-   share (the smallest usable GPU count that finishes its work by the deadline at the throughput the policy's source
-   predicts) plus the shares of the admitted deadline jobs fit in the pool; otherwise it is rejected
-   (``deadline cannot be met``). Jobs without a deadline are admitted as best-effort.
+1. **Admission** (once, when a job is first seen), ElasticFlow's rule (``ef_sim_allocation`` in its scheduler): the
+   admitted deadline jobs reserve their current minimum satisfactory share (the smallest usable GPU count that
+   finishes their work by their deadline at the throughput the policy's source predicts) from now until they would
+   finish at it; a new job with a deadline is admitted if, on the GPUs this leaves free over time, some quota ``q``
+   (smallest first) finishes it by its deadline when it runs at the largest usable size ≤ min(q, free GPUs) in every
+   period, filled backwards from the deadline; its plan is then booked for the next arrivals of the same instant.
+   Otherwise it is rejected (``deadline cannot be met``). ``admission="instant"`` is the stricter check that only
+   looks at the current instant (the new job's share must fit now). Jobs without a deadline are admitted as
+   best-effort.
 2. **Minimum shares**: admitted deadline jobs, earliest deadline first (ties: trace order), get their current
    minimum share; a job whose deadline can no longer be met becomes best-effort.
 3. **Best effort**: every other job gets its smallest usable size (trace order) while GPUs remain.
 4. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
    since every resize costs a checkpoint restart.
-5. **Leftovers**: the remaining GPUs go, one usable size step at a time, to the step with the best marginal
-   scaling efficiency (throughput gained per GPU over the job's throughput per GPU at its smallest size; ties:
-   trace order). Running jobs are grown only at
+5. **Leftovers**: the remaining GPUs go, one usable size step at a time, waiting jobs first, then to the step with
+   the smallest marginal GPU-time (ElasticFlow's ``marginal_gputime``: the extra GPU-time the job's remaining work
+   takes per added GPU; :func:`~trainsim.cluster.policies.elastic_common.hand_out`; ties: trace order). Running jobs
+   are grown only at
    rebalances (every ``rebalance_s``, default 600 s, a scheduling tick); in between, leftovers go to waiting jobs,
    so that a job is not checkpointed and restarted at every arrival.
 
-Simplification (documented in docs/cluster.md): shares are checked at the current instant, not over ElasticFlow's
-future time slots, so admission is slightly stricter than the original's. The usable sizes come from the throughput
+Simplifications (documented in docs/cluster.md): the admitted jobs' reservations are their current shares held
+from now (ElasticFlow keeps each job's earlier plan), time is continuous (no 60 s slots), and restart costs are not
+part of the admission plan. The usable sizes come from the throughput
 curve, so the policy is plan-aware exactly when the throughput source is (``best`` vs ``dp-only``).
 """
 
 from __future__ import annotations
 
 from trainsim.cluster.policies.base import Target, View, register
-from trainsim.cluster.policies.elastic_common import RebalancingPolicy, Sizes, hand_out, targets
+from trainsim.cluster.policies.elastic_common import RebalancingPolicy, Sizes, Timeline, hand_out, targets
+from trainsim.errors import TrainsimError
 
 
 @register
@@ -35,8 +44,12 @@ class ElasticFlow(RebalancingPolicy):
 
     name = "elasticflow"
 
-    def __init__(self, rebalance_s: float = 600.0) -> None:
+    def __init__(self, rebalance_s: float = 600.0, pow2: bool = True, admission: str = "timeline") -> None:
         super().__init__(rebalance_s)
+        if admission not in ("timeline", "instant"):
+            raise TrainsimError("elasticflow admission", f"unknown rule {admission!r}", "use timeline or instant")
+        self.pow2 = pow2
+        self.admission = admission
         self.sizes: dict[int, Sizes] = {}
 
     def _pool(self, view: View, js) -> object:  # type: ignore[no-untyped-def]
@@ -52,7 +65,7 @@ class ElasticFlow(RebalancingPolicy):
             pool = self._pool(view, js)
             by_pool.setdefault(pool.name, []).append(js)  # type: ignore[attr-defined]
             if js.spec.index not in self.sizes:
-                self.sizes[js.spec.index] = Sizes(view, js, pool)  # type: ignore[arg-type]
+                self.sizes[js.spec.index] = Sizes(view, js, pool, self.pow2)  # type: ignore[arg-type]
         for pool_name, jobs in by_pool.items():
             cap = view.capacity[pool_name]
             alloc: dict[int, int] = {}
@@ -72,15 +85,32 @@ class ElasticFlow(RebalancingPolicy):
                 if s is not None and used + s <= cap:
                     alloc[i] = s
                     used += s
+            timeline: Timeline | None = None
             for js in deadline_jobs:
                 i = js.spec.index
                 if i in self.seen:
                     continue
                 self.seen.add(i)
                 s = shares[i]
-                if s is None or used + s > cap:
-                    view.reject(i, "deadline cannot be met")
-                    continue
+                if self.admission == "instant":
+                    if s is None or used + s > cap:
+                        view.reject(i, "deadline cannot be met")
+                        continue
+                else:
+                    if timeline is None:
+                        timeline = Timeline(view.now, cap, [
+                            (view.now + j.remaining * self.sizes[j.spec.index].time(shares[j.spec.index]),  # type: ignore[arg-type]
+                             shares[j.spec.index])  # type: ignore[misc]
+                            for j in deadline_jobs
+                            if j.spec.index in self.seen and j.spec.index != i and shares[j.spec.index] is not None
+                            and j.spec.index not in view.rejected])
+                    plan = timeline.plan(self.sizes[i], js.remaining, js.spec.deadline_s)  # type: ignore[arg-type]
+                    if plan is None:
+                        view.reject(i, "deadline cannot be met")
+                        continue
+                    timeline.reserve(plan)
+                    if s is None or used + s > cap:
+                        continue  # admitted on GPUs that free up later: it waits (or runs on leftovers) until then
                 alloc[i] = s
                 used += s
             for js in jobs:

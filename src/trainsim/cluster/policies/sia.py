@@ -77,8 +77,9 @@ class Sia(Policy):
             a_rows.append(r)
             lo.append(0.0)
             hi.append(float(view.capacity[p.name]))
-        res = milp(c, constraints=LinearConstraint(np.array(a_rows), lo, hi), integrality=np.ones(nv),
-                   bounds=Bounds(0, 1))
+        # lb/ub are array_like in scipy's documentation; its stubs say float
+        rows = LinearConstraint(np.array(a_rows), lo, hi)  # pyright: ignore[reportArgumentType]
+        res = milp(c, constraints=rows, integrality=np.ones(nv), bounds=Bounds(0, 1))
         if res.x is None:
             return {}
         chosen = [configs[k] for k in range(nv) if res.x[k] > 0.5]
