@@ -167,3 +167,15 @@ def test_leftovers_go_to_the_smallest_marginal_gpu_time() -> None:
     alloc = {0: 8}
     hand_out(None, "p", 8, alloc, {0: linear, 1: poor}, jobs)  # type: ignore[arg-type]
     assert alloc == {0: 8, 1: 8}
+
+
+def test_vtrain2_sized_per_search_space_keeps_the_load(itp_dir: Path) -> None:
+    spec = load_cluster("dgx-a100:128")
+    tdp = vtrain2(itp_dir / "cluster02.csv", 12, seed=4, time_scale=10.0)
+    full = vtrain2(itp_dir / "cluster02.csv", 12, seed=4, time_scale=10.0, search_space="full")
+    # the same jobs and arrivals; iterations (and deadlines) from each space's DP-only speed
+    assert list(tdp["model"]) == list(full["model"]) and list(tdp["submit_time_s"]) == list(full["submit_time_s"])
+    assert (full["iterations"] > tdp["iterations"]).any()
+    load_tdp = offered_load(tdp, ThroughputModel(source="dp-only", space="tdp"), spec)
+    load_full = offered_load(full, ThroughputModel(source="dp-only", space="full"), spec)
+    assert load_full == pytest.approx(load_tdp, rel=0.05)
