@@ -9,7 +9,6 @@ from any :class:`CostModel` (e.g. measured tables).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -363,7 +362,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         """One layer of a kind (MoE or dense, recompute mode), timed once per job."""
         if kind not in blocks:
             moe, mode = kind
-            sh = shard if mode == shard.recompute else dataclasses.replace(shard, recompute=mode)
+            sh = shard.with_recompute(mode)
             blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap,
                                       split_backward=split)
         return blocks[kind]
