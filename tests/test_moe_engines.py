@@ -52,3 +52,18 @@ def test_all_to_all_priced_on_the_placement():
     slow = out["dgx-b200"]["per_stage"][0]["per_microbatch"]["dispatch_s"]
     # 31/32 of the tokens over NVLink (900 GB/s) vs 24/32 over one 400 Gb/s NIC per GPU: several times slower
     assert slow > 4 * fast
+
+
+def test_expert_tensor_parallel_time_is_tensor_comm_in_both_engines():
+    """Exposed expert-TP collectives count as tensor-parallel time in the analytic breakdown, as in the event engine
+    (they used to fall into the pipeline bubble, which made ``bubble_fraction`` too large for etp > 1)."""
+    job = Job(model=load_model("mixtral-8x7b"), system=load_system("dgx-h100"),
+              parallelism=Parallelism(tp=2, ep=8, etp=2, pp=2, sequence_parallel=True),
+              training=Training(global_batch_size=256), num_gpus=64)
+    a = predict(job)
+    e = predict(job, engine="event")
+    no_etp = predict(job.replace(parallelism=job.parallelism.model_copy(update={"etp": 1})))
+    assert a.breakdown_s["tp_comm"] > no_etp.breakdown_s["tp_comm"]
+    assert a.breakdown_s["tp_comm"] == pytest.approx(e.breakdown_s["tp_comm"], rel=0.05)
+    assert a.breakdown_s["pipeline_bubble"] == pytest.approx(e.breakdown_s["pipeline_bubble"], rel=0.10)
+    assert sum(a.breakdown_s.values()) == pytest.approx(a.iteration_time_s, rel=1e-9)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainsim.cost.job_costs import CostModel, StageCost, default_cost_model, stage_costs
-from trainsim.parallel.axes import TENSOR_GROUPS, Group
+from trainsim.parallel.axes import BREAKDOWN_KEY, Group
 from trainsim.workload.sharding import sharding_of
 
 if TYPE_CHECKING:
@@ -128,8 +128,13 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     c = stages[crit].total
     zero3 = stages[crit].zero3_exposed
     compute = m * (c.fwd_compute + c.bwd_compute + c.overlap_penalty_fwd + c.overlap_penalty_bwd)
-    comm = {g: m * c.exposed.get(g, 0.0) for g in (Group.CP, Group.EP)}
-    comm[Group.TP] = m * sum(c.exposed.get(g, 0.0) for g in TENSOR_GROUPS)  # 1D, or the 2D grid's rows and columns
+    # per-micro-batch exposed collectives, each under its group's breakdown entry (the 2D grid's rows and columns and
+    # expert-TP count as tensor-parallel time, as in the event engine)
+    comm = dict.fromkeys(("tp_comm", "cp_comm", "ep_comm"), 0.0)
+    for g, t in c.exposed.items():
+        key = BREAKDOWN_KEY[Group(g)]
+        if key in comm:
+            comm[key] += m * t
     pp_comm = job.pipeline.transfers_on_path(p, m, v) * P
     slow = model.calibration.overlap_slowdown
     dp = _dp_exposed(job, stages, P, slow) + _param_gather_exposed(job, stages, P, slow) + m * zero3
@@ -138,9 +143,7 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     bubble = pipe - compute - sum(comm.values()) - pp_comm - m * zero3
     breakdown = {
         "compute": compute,
-        "tp_comm": comm[Group.TP],
-        "cp_comm": comm[Group.CP],
-        "ep_comm": comm[Group.EP],
+        **comm,
         "pp_comm": pp_comm,
         "dp_comm": dp,
         "pipeline_bubble": max(0.0, bubble),
