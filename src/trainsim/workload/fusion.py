@@ -39,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainsim.workload.memo import per_job
+
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
 
@@ -60,6 +62,7 @@ class Fusion:
 DEFAULT_FUSION = Fusion()
 
 
+@per_job
 def fusion_of(job: Job) -> Fusion:
     """The :class:`Fusion` of a job's resolved framework."""
     fw = job.framework
