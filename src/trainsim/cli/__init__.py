@@ -82,10 +82,11 @@ def main(argv: list[str] | None = None) -> None:
         if kind == "Abort":
             print("aborted", file=sys.stderr)
             sys.exit(130)
-        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+        format_message = getattr(exc, "format_message", None)
+        if format_message is not None and hasattr(exc, "exit_code"):
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            message = " ".join(str(exc.format_message()).split())
+            message = " ".join(str(format_message()).split())
             print(f"error: {message}{hint}", file=sys.stderr)
             sys.exit(2)
         raise

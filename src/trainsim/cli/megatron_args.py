@@ -199,6 +199,19 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
     job_flags = _job_flags()
     out = MegatronArgs()
     i = 0
+
+    def value(takes: bool, flag: str, inline: str | None) -> str | None:
+        """The value of ``flag``: inline (``--flag=v``) or the next token, which it consumes."""
+        nonlocal i
+        if not takes:
+            return None
+        if inline is not None:
+            return inline
+        if i < len(tokens) and not _is_flag(tokens[i]):
+            i += 1
+            return tokens[i - 1]
+        raise TrainsimError(flag, "expects a value", f"give {flag} VALUE")
+
     while i < len(tokens):
         token = tokens[i]
         i += 1
@@ -209,27 +222,16 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if "=" in token:
             flag, inline = token.split("=", 1)
 
-        def value(takes: bool, flag: str = flag, inline: str | None = inline) -> str | None:
-            nonlocal i
-            if not takes:
-                return None
-            if inline is not None:
-                return inline
-            if i < len(tokens) and not _is_flag(tokens[i]):
-                i += 1
-                return tokens[i - 1]
-            raise TrainsimError(flag, "expects a value", f"give {flag} VALUE")
-
         opt = job_flags.get(flag)
         if opt is not None:
             if opt.section == "job" and opt.name in ("model", "system"):
                 out.unrecognised.append(flag)
-                value(True)
+                value(True, flag, inline)
                 continue
             if opt.kind is bool:
                 out.options[opt.name] = True
                 continue
-            v = value(True)
+            v = value(True, flag, inline)
             if opt.kind is int:
                 out.options[opt.name] = _int_value(flag, v)
             elif opt.kind is float:
@@ -239,7 +241,7 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
             continue
         if flag in EXTRA_FLAGS:
             takes, handler = EXTRA_FLAGS[flag]
-            handler(out, value(takes))
+            handler(out, value(takes, flag, inline))
             continue
         # not a flag trainsim models: skip its values (Megatron has no positional arguments, e.g. --data-path W1 P1)
         while inline is None and i < len(tokens) and not _is_flag(tokens[i]):

@@ -222,6 +222,7 @@ def import_nccl_tests_command(
 
     from trainsim.cli.output import check_outputs
     from trainsim.cost.tables import write_table
+    from trainsim.io.frames import as_int
     from trainsim.io.nccl_tests import comm_table, read_nccl_tests
 
     check_outputs({"--out": out})
@@ -230,7 +231,7 @@ def import_nccl_tests_command(
     write_table(df, out, "comm")
     groups = []
     for (coll, ranks, n), g in df.groupby(["collective", "ranks", "nodes"], sort=True):
-        groups.append({"collective": coll, "ranks": int(ranks), "nodes": int(n), "rows": len(g),
+        groups.append({"collective": coll, "ranks": as_int(ranks), "nodes": as_int(n), "rows": len(g),
                        "min_bytes": int(g["nbytes"].min()), "max_bytes": int(g["nbytes"].max()),
                        "min_time_s": float(g["time_s"].min()), "peak_busbw": float(g["busbw"].max()),
                        "gpu": str(g["gpu"].iloc[0])})

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from trainsim.cli import app
 from trainsim.io.atomic import write_text_atomic
+
+if TYPE_CHECKING:
+    from trainsim.validation.report import ValidationReport
 
 
 def _pct(x: float) -> str:
@@ -40,7 +44,7 @@ def _print_summary(report) -> None:  # type: ignore[no-untyped-def]
         console.print(t)
 
 
-def _clean(x):  # type: ignore[no-untyped-def]
+def _clean(x: Any) -> Any:
     """NaN (nothing to report) as JSON null."""
     if isinstance(x, float) and x != x:
         return None
@@ -51,11 +55,11 @@ def _clean(x):  # type: ignore[no-untyped-def]
     return x
 
 
-def _json(report) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    return _clean(_json_raw(report))
+def _json(report: ValidationReport) -> dict[str, Any]:
+    return {k: _clean(v) for k, v in _json_raw(report).items()}
 
 
-def _json_raw(report) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def _json_raw(report: ValidationReport) -> dict[str, Any]:
     return {
         "mape": report.mape(),
         "max_abs_error": report.max_error(),

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import typer
 
 from trainsim.cli import app
+
+if TYPE_CHECKING:
+    from trainsim.whatif.idealize import Grouping, Statistic
 
 
 @app.command("whatif")
@@ -52,9 +56,10 @@ def whatif_command(
     check_outputs({"--heatmap": heatmap, "--timeline": timeline, "--ideal-timeline": ideal_timeline, "--html": html},
                   {"--out": out})
     cfg = IdealizeConfig(
-        group_by=ideal_group,
-        compute_stat=compute_stat,
-        comm_stat=comm_stat,  # type: ignore[arg-type]
+        # the options are plain strings; IdealizeConfig checks them against the allowed values
+        group_by=cast("Grouping", ideal_group),
+        compute_stat=cast("Statistic", compute_stat),
+        comm_stat=cast("Statistic", comm_stat),
         trim_fraction=trim_fraction,
     )
     session = WhatIf(trace, meta, steps=parse_steps(steps) if steps else None, ideal=cfg, eps=eps_ms * 1e-3)

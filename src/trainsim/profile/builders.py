@@ -160,7 +160,8 @@ def _gemm_fp8(op: ComputeOp, ctx: OpContext) -> Built:
 
     def call() -> None:
         for ai, bi in zip(a, b, strict=True):
-            torch._scaled_mm(ai, bi, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            # FP8 GEMMs have no public PyTorch API yet; _scaled_mm is what Transformer Engine-free code calls
+            torch._scaled_mm(ai, bi, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # pyright: ignore[reportPrivateImportUsage]
 
     return Built(call, "scaled_mm_e4m3")
 
@@ -178,7 +179,8 @@ def _sdpa_context(backend: str) -> contextlib.AbstractContextManager[Any]:
 
 def _chosen_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, causal: bool) -> str:
     try:
-        idx = torch._fused_sdp_choice(q, k, v, None, p, causal)  # PyTorch's own choice for these inputs
+        # PyTorch's own choice for these inputs (private, hence the guard; no public API tells it)
+        idx = torch._fused_sdp_choice(q, k, v, None, p, causal)  # pyright: ignore[reportPrivateImportUsage]
     except (AttributeError, RuntimeError, TypeError):
         return "auto"
     return _SDP_NAMES.get(int(idx), "auto")

@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,9 @@ from trainsim.cost.calibration import Calibration
 from trainsim.cost.comm import Placement, collective_time
 from trainsim.cost.tables import COLLECTIVES, gpu_key, merge_tables
 from trainsim.errors import TrainsimError
+from trainsim.io.frames import rows_as
 from trainsim.spec.system import System
+from trainsim.workload.ops import Collective
 
 TIERS = ("nvlink", "network")
 _EFF_RANGE = (0.01, 2.0)
@@ -125,10 +127,19 @@ def _with_latency(system: System, tier: str, lat: float) -> System:
     return system.replace(network=system.network.replace(latency=lat))
 
 
-def _model_times(rows: list[tuple[str, float, Placement, int]], tier: str, system: System, calib: Calibration,
+def _model_times(rows: list[tuple[Collective, float, Placement, int]], tier: str, system: System, calib: Calibration,
                  eff: float) -> np.ndarray:
     cal = calib.with_(nvlink_efficiency=eff) if tier == "nvlink" else calib.with_(network_efficiency=eff)
     return np.array([collective_time(coll, nbytes, place, system, cal, nodes) for coll, nbytes, place, nodes in rows])
+
+
+class _CommRow(NamedTuple):
+    """The columns of a collective table that the fit reads."""
+
+    collective: Collective  # fit_comm keeps only the rows of COLLECTIVES
+    nbytes: float
+    ranks: int
+    nodes: int
 
 
 class _Objective:
@@ -136,9 +147,10 @@ class _Objective:
 
     def __init__(self, rows: pd.DataFrame, tier: str, system: System, calib: Calibration) -> None:
         self.tier, self.system, self.calib = tier, system, calib
-        self.rows = [(str(r.collective), float(r.nbytes), Placement(int(r.ranks), -(-int(r.ranks) // int(r.nodes)),
-                                                                       int(r.nodes)), int(r.nodes))
-                     for r in rows.itertuples(index=False)]
+        self.rows: list[tuple[Collective, float, Placement, int]] = [
+            (r.collective, float(r.nbytes), Placement(int(r.ranks), -(-int(r.ranks) // int(r.nodes)), int(r.nodes)),
+             int(r.nodes))
+            for r in rows_as(rows, _CommRow)]
         self.log_meas = np.log(rows["time_s"].to_numpy(dtype=float))
         self._systems: dict[float, System] = {}
 

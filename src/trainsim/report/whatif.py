@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainsim.io.frames import as_float
 from trainsim.report.page import REDS, Page, esc, fmt_pct, fmt_time
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -380,8 +381,8 @@ def whatif_page(result: WhatIfResult, *, trace_name: str | None = None, timeline
             "custom": [[[int(ranks.loc[(d, s)]), _r(d_vals[j]), _r(s_vals[i])] for j, d in enumerate(dps)]
                        for i, s in enumerate(stages)],
             "s": _r(result.slowdown_by_step[step]), "worst": _worst_text(sm, dps, stages, ranks),
-            "actual_ms": _r(float(zmat.loc[step, "actual_s"]) * 1e3, 2),
-            "ideal_ms": _r(float(zmat.loc[step, "ideal_s"]) * 1e3, 2)}
+            "actual_ms": _r(as_float(zmat.loc[step, "actual_s"]) * 1e3, 2),
+            "ideal_ms": _r(as_float(zmat.loc[step, "ideal_s"]) * 1e3, 2)}
     mean = {"z": [[_r(v) for v in row] for row in mat],
             "custom": [[[int(ranks.loc[(d, s)]), _r(result.slowdown_by_dp_rank[d]), _r(result.slowdown_by_stage[s])]
                         for d in dps] for s in stages], "worst": _worst_text(mat, dps, stages, ranks)}

@@ -12,6 +12,7 @@ order, so that every backend gives identical results. Adding one is a class with
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 from abc import ABC, abstractmethod
@@ -142,7 +143,7 @@ def _ray_task(fn: ChunkFn, context: Any, chunk: Sequence[Any]) -> list[Any]:
 def import_ray() -> Any:
     """The ``ray`` module, or a clear error telling how to install it."""
     try:
-        import ray
+        ray = importlib.import_module("ray")  # the optional `ray` extra: imported by name, not type-checked
     except ImportError:
         raise TrainsimError("backend", "the Ray backend needs Ray, which is not installed",
                             "pip install 'trainsim[ray]' (or use --backend local)") from None

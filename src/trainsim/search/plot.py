@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from trainsim.io.atomic import atomic_path
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from trainsim.search.evaluate import Candidate
     from trainsim.search.result import SearchResult
 
 PLOT_X = ("gpus", "cost", "memory")
@@ -45,15 +47,17 @@ def plot_search(result: SearchResult, path: str | Path | None = None, x: str | N
                                for c in result.candidates):
         raise TrainsimError("plot_x", "no costs to plot", "give --train-tokens or plot against gpus or memory")
 
-    def xval(c):  # type: ignore[no-untyped-def]
+    def xval(c: Candidate) -> float:
         if x == "gpus":
             return c.num_gpus
         if x == "memory":
             return c.peak_memory_bytes / 1e9
         return (c.cost_usd if tokens else c.cost_per_iteration_usd) or float("nan")
 
-    def yval(c):  # type: ignore[no-untyped-def]
-        return c.training_days if tokens else c.iteration_time_s
+    def yval(c: Candidate) -> float:
+        """Training days (with a token budget) or iteration seconds; NaN (not drawn) where there is none."""
+        y = c.training_days if tokens else c.iteration_time_s
+        return math.nan if y is None else y
 
     shown = [c for c in result.candidates if c.estimated]
     fitting = [c for c in shown if c.fits]
@@ -83,7 +87,7 @@ def plot_search(result: SearchResult, path: str | Path | None = None, x: str | N
                    label=f"best ({result.objective}): {best.plan()}", zorder=5)
     if result.deadline_days is not None and tokens:
         ax.axhline(result.deadline_days, color="red", linestyle="--", linewidth=0.8, label="deadline")
-    ys = [yval(c) for c in shown if yval(c) is not None]
+    ys = [y for y in map(yval, shown) if not math.isnan(y)]
     if ys and max(ys) / max(min(ys), 1e-12) > 20:
         ax.set_yscale("log")
     xs = [xval(c) for c in shown]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -113,7 +114,7 @@ def print_search(result: SearchResult, console: Console | None = None, top: int 
                       + ("" if result.include_unfit else " among those that fit (--all ranks the others too)"))
         if result.deadline_days is not None:
             fastest = min((c for c in result.candidates if c.training_days is not None and c.fits),
-                          key=lambda c: c.training_days, default=None)
+                          key=lambda c: math.inf if c.training_days is None else c.training_days, default=None)
             if fastest is not None:
                 console.print(f"the fastest plan that fits takes {fastest.training_days:,.1f} days: {fastest.plan()}",
                               highlight=False)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
+from typing import NamedTuple
 
 import pandas as pd
 
 from trainsim.cost.calibration import calibration_for
 from trainsim.cost.comm import Placement, nccl_links
-from trainsim.cost.nccl import choose
+from trainsim.cost.nccl import Reduction, choose
+from trainsim.io.frames import rows_as
 from trainsim.spec.presets import load_system
 
 DATA_FILE = "nccl_tests.csv"
@@ -64,16 +66,31 @@ def load_public() -> pd.DataFrame:
         return pd.read_csv(fh)
 
 
+class _PublicRow(NamedTuple):
+    """The columns of the published-results file that :func:`compare` reads (bounds are NaN when not given)."""
+
+    id: str
+    system: str
+    collective: Reduction  # the file holds only reductions trainsim models
+    ranks: int
+    nodes: int
+    nbytes: float
+    busbw_gb_s: float
+    busbw_low_gb_s: float
+    busbw_high_gb_s: float
+    source_url: str
+
+
 def compare() -> list[Comparison]:
     """Predicted against published bus bandwidth for every public row."""
     out = []
-    for r in load_public().itertuples(index=False):
+    for r in rows_as(load_public(), _PublicRow):
         system = load_system(str(r.system))
         calib = calibration_for(system.gpu.generation)
         ranks, nodes = int(r.ranks), int(r.nodes)
         place = Placement(ranks, -(-ranks // nodes), nodes)
         links = nccl_links(place, system, calib, nodes)
-        choice = choose(r.collective, float(r.nbytes), links)  # type: ignore[arg-type]
+        choice = choose(r.collective, float(r.nbytes), links)
         low = float(r.busbw_low_gb_s) * 1e9 if pd.notna(r.busbw_low_gb_s) else None
         high = float(r.busbw_high_gb_s) * 1e9 if pd.notna(r.busbw_high_gb_s) else None
         out.append(Comparison(str(r.id), str(r.system), str(r.collective), ranks, nodes, float(r.nbytes),

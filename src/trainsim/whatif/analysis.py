@@ -64,7 +64,8 @@ def attribution_groups(w: WhatIf, first_op: bool = False) -> list[str]:
     ``first_op`` the first operation of each stage's step (forward compute #0 on stage 0, forward-recv #0
     elsewhere) gets its own label, since its launch delay includes the data loading."""
     ops = w.model.ops
-    labels = [PP_COMM_GROUP.get(t, t) for t in ops["optype"]]
+    optypes: list[str] = ops["optype"].tolist()
+    labels = [PP_COMM_GROUP.get(t, t) for t in optypes]
     if first_op:
         for i, (t, q, s) in enumerate(zip(ops["optype"], ops["seq_id"], ops["stage"], strict=True)):
             if q == 0 and ((s == 0 and t == FORWARD_COMPUTE) or (s > 0 and t == FORWARD_RECV)):

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from trainsim.errors import TrainsimError
+from trainsim.io.frames import as_int
 from trainsim.io.traces import (
     BACKWARD_COMPUTE,
     BACKWARD_RECV,
@@ -151,7 +152,7 @@ class DependencyModel:
     def describe(self, op: int) -> str:
         """Human-readable name of an operation: ``<optype> #<seq_id> on stage <s>``."""
         row = self.ops.loc[op]
-        return f"{row.optype} #{int(row.seq_id)} on stage {int(row.stage)}"
+        return f"{row.optype} #{as_int(row.seq_id)} on stage {as_int(row.stage)}"
 
 
 def _order(frame: pd.DataFrame) -> np.ndarray:
@@ -245,7 +246,7 @@ def build_dependency_model(
                 no_op[comm_ids[~valid]] = True
                 for i in comm_ids[valid]:
                     compute = comp_of[(ctype, cid)]
-                    peer_chunk = int(ops.at[compute, "gmc"]) + _P2P_DELTA[ptype]
+                    peer_chunk = as_int(ops.at[compute, "gmc"]) + _P2P_DELTA[ptype]
                     no_op[i] = peer_chunk < 0 or peer_chunk >= num_chunks
                     if kind == "send":
                         deps[int(i)].append(compute)  # compute -> send

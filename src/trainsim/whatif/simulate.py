@@ -126,7 +126,7 @@ def _run(model: DependencyModel, base: Inputs, alt: Inputs, masks: np.ndarray, r
     _, n_s, n_d = base.work.shape
     end = np.empty((model.num_ops, n_k, n_s, n_d))
     start = np.empty_like(end) if record else None
-    vary = masks.any(axis=(0, 2))  # ops whose inputs differ between scenarios
+    vary = np.asarray(masks.any(axis=(0, 2)))  # ops whose inputs differ between scenarios (one flag per op)
     ep_members = _ep_members(model)
     coupled = (np.isin(model.ops["optype"].to_numpy(), (FORWARD_COMPUTE, BACKWARD_COMPUTE))
                if ep_members else np.zeros(model.num_ops, dtype=bool))

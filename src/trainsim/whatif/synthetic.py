@@ -158,7 +158,7 @@ def _step(
                 )
             seen_chunk: set[int] = set()
             index = {"F": 0, "B": 0}
-            prev_of = {"F": None, "B": None}  # previous compute of the same direction
+            prev_of: dict[str, tuple | None] = {"F": None, "B": None}  # previous compute of the same direction
             for i, (kind, c, k) in enumerate(order):
                 g = c * pp + s
                 j = index[kind]
