@@ -44,6 +44,7 @@ from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.fusion import Fusion, fusion_of
 from trainsim.workload.layers import expert_rows
+from trainsim.workload.memo import per_job
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -282,6 +283,31 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     return params, expert
 
 
+@per_job
+def _param_bytes(job: Job) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """(weights, gradients, optimizer) bytes per parameter of ``job``: non-expert, then routed-expert parameters."""
+    tr, fw = job.training, job.framework
+    stage = sharding_of(job).memory_stage
+    dense = bytes_per_param(tr.precision, stage, job.dp * job.parallelism.cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
+    expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    return dense, expert
+
+
+@per_job
+def _layer_activations(job: Job) -> dict[tuple[bool, str], float]:
+    """:func:`layer_activation_bytes` of one micro-batch for every (is MoE, recompute mode) layer kind of ``job``
+    (and each kind without recompute: the working set of a layer being recomputed). Read-only for callers."""
+    model, par, tr = job.model, job.parallelism, job.training
+    e, q = element_bytes(tr.precision), saved_input_bytes(tr.precision, tr.fp8_recipe)
+    kinds = {kind for stage in range(par.pp) for kind in stage_layer_counts(job, stage)}
+    kinds |= {(is_moe, "none") for is_moe, _mode in kinds}
+    return {(is_moe, mode): layer_activation_bytes(model, tr.micro_batch_size, job.seq_length, par.tp, par.cp,
+                                                   job.sequence_parallel, mode, job.attention_path, e, is_moe, q,
+                                                   par.expert_tp, tuple(tr.recompute_modules), fusion_of(job))
+            for is_moe, mode in kinds}
+
+
 def stage_memory(job: Job, stage: int) -> StageMemory:
     """Peak memory of one GPU of ``stage``."""
     model, par, tr = job.model, job.parallelism, job.training
@@ -294,9 +320,7 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     fw = job.framework
     fusion = fusion_of(job)
     path = job.attention_path
-    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
-    # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
-    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    (w, g, o), (we, ge, oe) = _param_bytes(job)
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
@@ -307,12 +331,11 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     etp, mods = par.expert_tp, tuple(tr.recompute_modules)
     per_mb = 0.0
     full_layer = 0.0
+    acts = _layer_activations(job)
     for (is_moe, mode), count in stage_layer_counts(job, stage).items():
-        per_mb += count * layer_activation_bytes(model, b, seq, tp, cp, sp, mode, path, e, is_moe, q, etp,
-                                                 mods, fusion)
+        per_mb += count * acts[(is_moe, mode)]
         if mode == "full":  # the layer being recomputed holds its whole working set during its backward
-            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none", path, e,
-                                                                is_moe, q, etp, mods, fusion))
+            full_layer = max(full_layer, acts[(is_moe, "none")])
     tokens = b * seq / cp
     if stage == 0 and model.hidden_dropout > 0 and fusion.dropout:
         per_mb += tokens * model.hidden_size / (tp if sp else 1)  # embedding dropout mask
