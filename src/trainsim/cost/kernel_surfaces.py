@@ -74,6 +74,10 @@ class KernelSurface:
         value = memo[op] = self._interpolate(op)
         return value
 
+    def clear_memo(self) -> None:
+        """Forget the interpolated shapes (benchmarks of a cold prediction)."""
+        self._memo.clear()
+
     def _interpolate(self, op: ComputeOp) -> float | None:
         from trainsim.cost.tables import OpTimes, gemm_layout
 
