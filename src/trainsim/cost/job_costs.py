@@ -9,9 +9,8 @@ from any :class:`CostModel` (e.g. measured tables).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
@@ -363,7 +362,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         """One layer of a kind (MoE or dense, recompute mode), timed once per job."""
         if kind not in blocks:
             moe, mode = kind
-            sh = shard if mode == shard.recompute else dataclasses.replace(shard, recompute=mode)
+            sh = shard.with_recompute(mode)
             blocks[kind] = _time_work(layer_work(job.model, sh, moe), model, places, overlap,
                                       split_backward=split)
         return blocks[kind]
@@ -395,7 +394,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         key = (tuple(counts.items()), layers, s == 0, s == job.head_stage)
         twin = alike.get(key)
         if twin is not None:
-            stages.append(dataclasses.replace(twin, stage=s))
+            stages.append(replace(twin, stage=s))
             continue
         body = BlockCost()
         for kind, count in counts.items():

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
-from trainsim.workload.fp8 import recipe_cost
+from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
 from trainsim.workload.ops import CommOp, ComputeOp, Group, Phase, attention, elementwise, gemm, gemm_with_grads
 
@@ -79,6 +79,15 @@ class Shard:
         """Bytes per activation element."""
         return element_bytes(self.precision)
 
+    @property
+    def saved_input_bytes(self) -> float:
+        """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies)."""
+        return saved_input_bytes(self.precision, self.fp8_recipe)
+
+    def with_recompute(self, recompute: str) -> Shard:
+        """This shard with another recompute mode (layers of one stage may differ: ``--recompute-num-layers``)."""
+        return self if recompute == self.recompute else _with_recompute(self, recompute)
+
     def p2p_bytes(self, hidden_size: int) -> float:
         """Bytes of one pipeline transfer (activation or its gradient) of this micro-batch: ``tokens·h/tp``
         elements per GPU (each TP rank sends its share)."""
@@ -93,6 +102,11 @@ class Shard:
     def attention_dtype(self) -> str:
         """Data type of the attention kernels (TF32 tensor cores for fp32 jobs, 16-bit otherwise)."""
         return {"fp32": "tf32", "fp16": "fp16"}.get(self.precision, "bf16")
+
+
+@lru_cache(maxsize=4096)
+def _with_recompute(shard: Shard, recompute: str) -> Shard:
+    return dataclasses.replace(shard, recompute=recompute)
 
 
 @dataclass(frozen=True, slots=True)
