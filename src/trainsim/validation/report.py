@@ -443,7 +443,7 @@ ZERO3_FRAMEWORKS = ("fsdp", "deepspeed", "torchtitan")
 
 def zero3_scale_lines() -> list[str]:
     """A table of what the model says for ZeRO-3 / FSDP at 1,000+ A100 (no measurement to compare with)."""
-    from trainsim.spec import Job, Training, load_model, load_system
+    from trainsim.spec import Job, Training, load_framework, load_model, load_system
 
     lines = [
         "## ZeRO-3 / FSDP at 1,000+ GPUs (predictions, no measured row)",
@@ -464,7 +464,7 @@ def zero3_scale_lines() -> list[str]:
     for name, seq, n in ZERO3_CASES:
         model = load_model(name)
         for fw in ZERO3_FRAMEWORKS:
-            job = Job(model=model, system=load_system("dgx-a100"), num_gpus=n, framework=fw,
+            job = Job(model=model, system=load_system("dgx-a100"), num_gpus=n, framework=load_framework(fw),
                       training=Training(global_batch_size=2048, micro_batch_size=1, seq_length=seq, zero_stage=3,
                                         recompute_granularity="full", precision="bf16"))
             p = predict(job)

@@ -51,9 +51,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
+from trainsim.parallel.axes import Group
 from trainsim.workload import fusion as fz
 from trainsim.workload.layers import Shard, Work, _casts, _dropout_add, _ew, _grad_accumulation, _norm
-from trainsim.workload.ops import CommOp, ComputeOp, Role, attention, gemm
+from trainsim.workload.ops import CommOp, ComputeOp, Phase, Role, attention, gemm
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -147,27 +148,27 @@ def summa_linear(name: str, shard: Shard, tokens: int, n: int, k: int, dtype: st
     kb, nc = _split(k, nb), _split(n, cols)
     fwd = [gemm(_block_name(name, p), "fwd", m, nc, kb, dtype) for p in range(nb)]
     x_panel, w_panel = m * kb * e, kb * nc * e
-    comm_fwd = _pipeline(fwd, [[CommOp(f"{op.name}_bcast_x", "broadcast", "tp_row", "fwd", x_panel),
-                                CommOp(f"{op.name}_bcast_w", "broadcast", "tp_col", "fwd", w_panel)] for op in fwd],
+    comm_fwd = _pipeline(fwd, [[CommOp(f"{op.name}_bcast_x", "broadcast", Group.TP_ROW, "fwd", x_panel),
+                                CommOp(f"{op.name}_bcast_w", "broadcast", Group.TP_COL, "fwd", w_panel)] for op in fwd],
                          [[] for _ in fwd])
     dgrad = [gemm(_block_name(f"{name}_dgrad", p), "bwd", m, kb, nc, dtype, role=Role.INPUT_GRAD, grad_of=name)
              for p in range(nb)] if input_grad else []
     wgrad = [gemm(_block_name(f"{name}_wgrad", p), "bwd", kb, nc, m, dtype, out_bytes=4.0, role=Role.WEIGHT_GRAD,
                   grad_of=name) for p in range(nb)]
     gemms = dgrad + wgrad
-    pre = [[CommOp(f"{op.name}_bcast_w", "broadcast", "tp_col", "bwd", w_panel)] for op in dgrad]
-    pre += [[CommOp(f"{op.name}_bcast_x", "broadcast", "tp_row", "bwd", x_panel)] for op in wgrad]
-    post = [[CommOp(f"{op.name}_reduce", "reduce", "tp_row", "bwd", x_panel)] for op in dgrad]
-    post += [[CommOp(f"{op.name}_reduce", "reduce", "tp_col", "bwd", w_panel)] for op in wgrad]
+    pre = [[CommOp(f"{op.name}_bcast_w", "broadcast", Group.TP_COL, "bwd", w_panel)] for op in dgrad]
+    pre += [[CommOp(f"{op.name}_bcast_x", "broadcast", Group.TP_ROW, "bwd", x_panel)] for op in wgrad]
+    post = [[CommOp(f"{op.name}_reduce", "reduce", Group.TP_ROW, "bwd", x_panel)] for op in dgrad]
+    post += [[CommOp(f"{op.name}_reduce", "reduce", Group.TP_COL, "bwd", w_panel)] for op in wgrad]
     comm_bwd = _pipeline(gemms, pre, post)
     return SummaLinear(tuple(fwd), tuple(gemms), tuple(comm_fwd), tuple(comm_bwd))
 
 
-def _norm_stats(name: str, shard: Shard, target: str, phase: str) -> CommOp:
+def _norm_stats(name: str, shard: Shard, target: str, phase: Phase) -> CommOp:
     """All-reduce of per-token statistics over the row group (features are split over the columns): mean and
     variance forward, the two sums of the gradient backward (fp32)."""
     m = _split(shard.tokens, shard.tp_rows)
-    return CommOp(name, "all_reduce", "tp_row", phase, m * 2 * 4.0, target)  # type: ignore[arg-type]
+    return CommOp(name, "all_reduce", Group.TP_ROW, phase, m * 2 * 4.0, target)
 
 
 def _kv_heads(model: Model, shard: Shard) -> tuple[int, int]:
@@ -246,13 +247,13 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
     bwd += core_bwd
     if rows > 1:  # the rows split the sequence: every GPU needs the keys and values of the whole (cp-local) sequence
         kv = 2 * t * groups * d * e
-        comm_fwd.append(CommOp("attn_kv_gather", "all_gather", "tp_col", "fwd", kv, first_core))
-        comm_bwd.append(CommOp("attn_kv_regather", "all_gather", "tp_col", "bwd", kv, first_core_grad))
-        comm_bwd.append(CommOp("attn_kv_grad", "reduce_scatter", "tp_col", "bwd", kv, bwd[-1].name))
+        comm_fwd.append(CommOp("attn_kv_gather", "all_gather", Group.TP_COL, "fwd", kv, first_core))
+        comm_bwd.append(CommOp("attn_kv_regather", "all_gather", Group.TP_COL, "bwd", kv, first_core_grad))
+        comm_bwd.append(CommOp("attn_kv_grad", "reduce_scatter", Group.TP_COL, "bwd", kv, bwd[-1].name))
     if cp > 1:  # ring attention over the context-parallel group, on the blocks gathered over the rows
         kv_block = 2 * b * (s // cp) * groups * d * e
-        comm_fwd.append(CommOp("cp_kv_ring", "send_recv", "cp", "fwd", (cp - 1) * kv_block, first_core, True))
-        comm_bwd.append(CommOp("cp_kv_ring_grad", "send_recv", "cp", "bwd", 2 * (cp - 1) * kv_block,
+        comm_fwd.append(CommOp("cp_kv_ring", "send_recv", Group.CP, "fwd", (cp - 1) * kv_block, first_core, True))
+        comm_bwd.append(CommOp("cp_kv_ring_grad", "send_recv", Group.CP, "bwd", 2 * (cp - 1) * kv_block,
                                first_core_grad, True))
     linear("attn_proj", h, model.num_attention_heads * model.v_dim)
     da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, model)
@@ -306,8 +307,8 @@ def summa_embedding_work(model: Model, shard: Shard) -> Work:
     comm_f: tuple[CommOp, ...] = ()
     comm_b: tuple[CommOp, ...] = ()
     if shard.tp_rows > 1:
-        comm_f = (CommOp("embedding_reduce", "reduce_scatter", "tp_col", "fwd", gathered * e),)
-        comm_b = (CommOp("embedding_grad_gather", "all_gather", "tp_col", "bwd", gathered * e),)
+        comm_f = (CommOp("embedding_reduce", "reduce_scatter", Group.TP_COL, "fwd", gathered * e),)
+        comm_b = (CommOp("embedding_grad_gather", "all_gather", Group.TP_COL, "bwd", gathered * e),)
     return Work(fwd_ops, bwd_ops, (), comm_f, comm_b)
 
 
@@ -326,7 +327,7 @@ def summa_head_work(model: Model, shard: Shard) -> Work:
     ce_b = _ew(shard, "cross_entropy_grad", "bwd", cb * logits, 3.0 * logits)
     m = _split(t, shard.tp_rows)
     comm_f = (_norm_stats("final_norm_stats", shard, ln_f.name, "fwd"), *lin.comm_fwd,
-              CommOp("cross_entropy_stats", "all_reduce", "tp_row", "fwd", m * 3 * 4.0, ce_f.name))
+              CommOp("cross_entropy_stats", "all_reduce", Group.TP_ROW, "fwd", m * 3 * 4.0, ce_f.name))
     comm_b = (*lin.comm_bwd, _norm_stats("final_norm_stats_grad", shard, ln_b.name, "bwd"))
     acc = _grad_accumulation(shard, "lm_head_grad_accumulation", v / shard.tp * h) \
         if model.untie_embeddings_and_output_weights else ()
