@@ -5,10 +5,12 @@ import pytest
 from trainsim.errors import TrainsimError
 from trainsim.search.evaluate import Candidate
 from trainsim.search.objectives import pareto_front, rank, resolve_objective, time_cost
+from trainsim.search.space import CandidateSpec
 
 
 def cand(i, days=None, cost=None, gpus=8, fits=True, t=1.0, mem=1e9):
-    c = Candidate(i, gpus, 1, 1, 1, 1, 1, gpus, 1, "1f1b", "none", 0, False, "tp-cp-ep-dp-pp", 1, fits, mem)
+    spec = CandidateSpec(gpus, 1, 1, 1, 1, 1, gpus, 1, "1f1b", "none", 0, False, "tp-cp-ep-dp-pp")
+    c = Candidate(i, spec, 1, fits, mem)
     c.iteration_time_s = t
     c.training_days = days
     c.cost_usd = cost

@@ -4,6 +4,7 @@ table)."""
 import pytest
 
 from trainsim.spec import Job, Model, Parallelism, Training, load_model, load_system
+from trainsim.workload.layers import Shard
 from trainsim.workload.memory import (
     CUDA_CONTEXT_BYTES,
     bytes_per_param,
@@ -17,33 +18,38 @@ GPT = Model(num_layers=96, hidden_size=12288, num_attention_heads=96, vocab_size
 S, B, H, A = 2048, 1, 12288, 96
 
 
+def _layer(tp: int, cp: int, sp: bool, recompute: str, attention: str) -> float:
+    shard = Shard(micro_batch=B, seq=S, tp=tp, cp=cp, sequence_parallel=sp, recompute=recompute, attention=attention)
+    return layer_activation_bytes(GPT, shard)
+
+
 @pytest.mark.parametrize("t", [1, 2, 8])
 def test_no_parallel_tricks_matches_sbh_10_plus_24_over_t_plus_5as_over_ht(t):
-    got = layer_activation_bytes(GPT, B, S, t, 1, False, "none", "unfused")
+    got = _layer(t, 1, False, "none", "unfused")
     assert got == pytest.approx(S * B * H * (10 + 24 / t + 5 * A * S / (H * t)))
 
 
 def test_sequence_parallel_divides_everything_by_t():
     t = 8
-    got = layer_activation_bytes(GPT, B, S, t, 1, True, "none", "unfused")
+    got = _layer(t, 1, True, "none", "unfused")
     assert got == pytest.approx(S * B * H / t * (34 + 5 * A * S / H))
 
 
 def test_selective_recompute_drops_the_attention_scores():
     t = 8
-    got = layer_activation_bytes(GPT, B, S, t, 1, True, "selective", "unfused")
+    got = _layer(t, 1, True, "selective", "unfused")
     assert got == pytest.approx(34 * S * B * H / t)
 
 
 def test_full_recompute_keeps_the_layer_input_only():
-    assert layer_activation_bytes(GPT, B, S, 8, 1, False, "full", "unfused") == pytest.approx(2 * S * B * H)
-    assert layer_activation_bytes(GPT, B, S, 8, 1, True, "full", "unfused") == pytest.approx(2 * S * B * H / 8)
+    assert _layer(8, 1, False, "full", "unfused") == pytest.approx(2 * S * B * H)
+    assert _layer(8, 1, True, "full", "unfused") == pytest.approx(2 * S * B * H / 8)
 
 
 def test_flash_attention_stores_no_scores_and_context_parallel_splits_the_sequence():
-    flash = layer_activation_bytes(GPT, B, S, 8, 1, True, "none", "flash")
+    flash = _layer(8, 1, True, "none", "flash")
     assert flash == pytest.approx(34 * S * B * H / 8 + 4 * B * (A / 8) * S)
-    cp2 = layer_activation_bytes(GPT, B, S, 8, 2, True, "none", "flash")
+    cp2 = _layer(8, 2, True, "none", "flash")
     assert cp2 == pytest.approx(flash / 2)
 
 

@@ -60,9 +60,8 @@ def test_mla_layer_has_latent_projections_and_recompute_option():
     assert {"q_down", "q_norm", "q_up", "kv_down", "kv_norm", "kv_up"} <= names
     up = dataclasses.replace(shard, recompute_modules=("mla_up_proj",))
     assert {op.name for op in layer_work(m, up, True).recompute} == {"q_up", "kv_up"}
-    keep = layer_activation_bytes(m, 1, 4096, 2, 1, True, "none", "flash", 2.0, True, 2.0)
-    drop = layer_activation_bytes(m, 1, 4096, 2, 1, True, "none", "flash", 2.0, True, 2.0,
-                                  recompute_modules=("mla_up_proj",))
+    keep = layer_activation_bytes(m, shard, True)
+    drop = layer_activation_bytes(m, up, True)
     assert drop < keep  # Q, K and V of the 64 local heads are not stored
 
 

@@ -1,8 +1,14 @@
-"""The job flags shared by ``predict``, ``search`` and other commands (Megatron-LM names plus short aliases).
+"""The job flags shared by ``predict``, ``search`` and other commands, generated from the spec fields.
 
-:func:`with_job_options` adds every flag of :data:`JOB_OPTIONS` to a Typer command; the command receives them as
-``job_options: dict[str, Any]`` and turns them into a :class:`~trainsim.spec.job.Job` with :func:`job_from_options`.
-With ``as_text=True`` every flag is a string, so that ``search`` can accept lists (``--tp 4,8,16``) and ranges.
+Every flag is declared once, as :class:`~trainsim.spec.flags.Flag` metadata of the spec field it sets (Megatron-LM
+names first, then aliases; help text and unit beside the field): :data:`JOB_OPTIONS` walks the fields of
+:class:`~trainsim.spec.job.Job`, :class:`~trainsim.spec.model.Model`, the system
+(:class:`~trainsim.spec.system.System`, its node and network), :class:`~trainsim.spec.parallelism.Parallelism`,
+:class:`~trainsim.spec.training.Training` and :class:`~trainsim.spec.framework.Framework`, so a flag cannot drift from
+its field. :func:`with_job_options` adds every flag to a Typer command, grouped in help panels by section; the
+command receives them as ``job_options: dict[str, Any]`` and turns them into a :class:`~trainsim.spec.job.Job` with
+:func:`job_from_options`. With ``as_text=True`` every flag is a string, so that ``search`` can accept lists
+(``--tp 4,8,16``) and ranges.
 """
 
 from __future__ import annotations
@@ -14,182 +20,106 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from trainsim.errors import TrainsimError
-from trainsim.schedule import schedule_help
+from trainsim.spec.flags import VALUE, FieldFlag, spec_flags
 
 
 @dataclass(frozen=True)
 class JobOption:
-    """One command-line flag and the spec field it sets."""
+    """One command-line flag and the spec field it sets (built from the field's :class:`~trainsim.spec.flags.Flag`)."""
 
     name: str  # python parameter name
     flags: tuple[str, ...]
     kind: type  # int, float, str or bool
-    section: str  # model | system | parallelism | training | job
+    section: str  # job | model | system | system.node | system.network | parallelism | training | framework
     field: str  # field in that section
     help: str
     default: Any = None
-    inverted: bool = False  # a flag that turns its field off (Megatron's --no-... style)
+    const: Any = VALUE  # a switch sets its field to this value; VALUE: the flag takes a value
+    scale: float | None = None  # field value = flag value × scale (unit conversion)
+    dimension: str | None = None  # search dimension fed by this flag
+    megatron: bool = True  # Megatron-LM has this flag
+    choices: tuple[str, ...] | None = None
+    multiple: bool = False  # a comma-separated list (a tuple field)
+
+    @property
+    def is_switch(self) -> bool:
+        """Whether the flag takes no value."""
+        return self.const is not VALUE
+
+    @property
+    def inverted(self) -> bool:
+        """A switch that turns its field off (Megatron's ``--no-...``/``--disable-...`` style)."""
+        return self.const is False
+
+    @property
+    def panel(self) -> str:
+        """Help panel (section) the flag is listed under."""
+        return PANELS[self.section]
 
 
-def _o(name: str, flags: tuple[str, ...], kind: type, section: str, field: str, help: str, default: Any = None,
-       inverted: bool = False) -> JobOption:
-    return JobOption(name, flags, kind, section, field, help, default, inverted)
+#: Help panel of each section, in the order ``--help`` lists them.
+PANELS: dict[str, str] = {"job": "Job", "model": "Model", "system": "System", "system.node": "System",
+                          "system.network": "System", "parallelism": "Parallelism", "training": "Training",
+                          "framework": "Framework (software stack)"}
 
 
-JOB_OPTIONS: tuple[JobOption, ...] = (
-    _o("model", ("--model", "-m"), str, "job", "model", "model preset, Hugging Face config.json, or model JSON"),
-    _o("system", ("--system", "-s"), str, "job", "system", "system preset or YAML file", "dgx-h100"),
-    _o("framework", ("--framework",), str, "job", "framework",
-       "software stack: NAME[@version] preset (megatron-core, nemo, torchtitan, fsdp, hf-transformers, ...) or "
-       "profile YAML", "megatron-core"),
-    _o("num_gpus", ("--num-gpus", "-n"), int, "job", "num_gpus", "total GPUs (dp is derived from it)"),
-    # model
-    _o("num_layers", ("--num-layers",), int, "model", "num_layers", "transformer layers"),
-    _o("hidden_size", ("--hidden-size",), int, "model", "hidden_size", "hidden size"),
-    _o("num_attention_heads", ("--num-attention-heads",), int, "model", "num_attention_heads", "attention heads"),
-    _o("num_query_groups", ("--num-query-groups",), int, "model", "num_query_groups", "key/value heads (GQA)"),
-    _o("kv_channels", ("--kv-channels",), int, "model", "kv_channels", "head dimension"),
-    _o("ffn_hidden_size", ("--ffn-hidden-size",), int, "model", "ffn_hidden_size", "FFN hidden size"),
-    _o("vocab_size", ("--vocab-size",), int, "model", "vocab_size", "vocabulary size"),
-    _o("max_position_embeddings", ("--max-position-embeddings",), int, "model", "seq_length",
-       "model's maximum sequence length"),
-    _o("swiglu", ("--swiglu",), bool, "model", "swiglu", "gated SwiGLU MLP"),
-    _o("normalization", ("--normalization",), str, "model", "normalization", "LayerNorm or RMSNorm"),
-    _o("untie", ("--untie-embeddings-and-output-weights",), bool, "model", "untie_embeddings_and_output_weights",
-       "separate LM head"),
-    _o("position_embedding_type", ("--position-embedding-type",), str, "model", "position_embedding_type",
-       "learned_absolute, rope, alibi or none"),
-    _o("num_experts", ("--num-experts",), int, "model", "num_experts", "MoE experts"),
-    _o("moe_router_topk", ("--moe-router-topk",), int, "model", "moe_router_topk", "experts per token"),
-    _o("moe_ffn_hidden_size", ("--moe-ffn-hidden-size",), int, "model", "moe_ffn_hidden_size", "expert FFN size"),
-    _o("moe_shared_expert_intermediate_size", ("--moe-shared-expert-intermediate-size",), int, "model",
-       "moe_shared_expert_intermediate_size", "FFN size of the shared expert(s)"),
-    _o("moe_layer_freq", ("--moe-layer-freq",), int, "model", "moe_layer_freq", "every n-th layer is MoE"),
-    _o("moe_first_k_dense", ("--moe-first-k-dense",), int, "model", "moe_first_k_dense",
-       "the first k layers are dense (DeepSeek's first_k_dense_replace)"),
-    _o("moe_expert_capacity_factor", ("--moe-expert-capacity-factor",), float, "model",
-       "moe_expert_capacity_factor", "expert capacity (token dropping); default dropless"),
-    _o("moe_load_imbalance", ("--moe-load-imbalance",), float, "model", "moe_load_imbalance",
-       "tokens of the busiest expert-parallel rank / the mean (default 1: balanced)"),
-    _o("moe_router_enable_expert_bias", ("--moe-router-enable-expert-bias",), bool, "model",
-       "moe_router_enable_expert_bias", "auxiliary-loss-free load balancing (expert bias)"),
-    _o("multi_latent_attention", ("--multi-latent-attention",), bool, "model", "multi_latent_attention",
-       "multi-head latent attention (MLA)"),
-    _o("q_lora_rank", ("--q-lora-rank",), int, "model", "q_lora_rank", "MLA query compression rank"),
-    _o("kv_lora_rank", ("--kv-lora-rank",), int, "model", "kv_lora_rank", "MLA key/value compression rank"),
-    _o("mtp_num_layers", ("--mtp-num-layers",), int, "model", "mtp_num_layers", "multi-token prediction depth"),
-    # system
-    _o("gpus_per_node", ("--gpus-per-node",), int, "system", "gpus_per_node",
-       "GPUs per node / NVLink domain (e.g. 4, 8, 72)"),
-    _o("nics_per_node", ("--nics-per-node",), int, "system", "nics_per_node", "scale-out NICs per node"),
-    _o("nic_bandwidth_gbps", ("--nic-bandwidth-gbps",), float, "system", "nic_bandwidth_gbps", "Gb/s per NIC"),
-    _o("price_per_gpu_hour", ("--price-per-gpu-hour",), float, "system", "price_per_gpu_hour", "USD per GPU-hour"),
-    # parallelism
-    _o("tp", ("--tensor-model-parallel-size", "--tp"), int, "parallelism", "tp", "tensor parallel size"),
-    _o("pp", ("--pipeline-model-parallel-size", "--pp"), int, "parallelism", "pp", "pipeline parallel size"),
-    _o("vpp", ("--num-virtual-stages-per-pipeline-rank", "--vpp"), int, "parallelism", "vpp",
-       "virtual stages per pipeline rank (interleaving)"),
-    _o("cp", ("--context-parallel-size", "--cp"), int, "parallelism", "cp", "context parallel size"),
-    _o("ep", ("--expert-model-parallel-size", "--ep"), int, "parallelism", "ep", "expert parallel size"),
-    _o("etp", ("--expert-tensor-parallel-size", "--etp"), int, "parallelism", "etp",
-       "tensor parallel size of the expert layers (default: tp)"),
-    _o("tensor_parallel_mode", ("--tensor-parallel-mode",), str, "parallelism", "tensor_parallel_mode",
-       "linear-layer sharding: 1d (Megatron, default) or summa (2D grid of --tp-rows × tp/rows GPUs)"),
-    _o("tp_rows", ("--tp-rows",), int, "parallelism", "tp_rows",
-       "summa: rows of the tensor-parallel grid (columns = tp/rows; default: the largest divisor ≤ √tp)"),
-    _o("summa_blocks", ("--summa-blocks",), int, "parallelism", "summa_blocks",
-       "summa: panels each GEMM is broadcast in, pipelined against the GEMM blocks (default 4)"),
-    _o("tp_inner", ("--tp-inner",), str, "parallelism", "tp_inner",
-       "summa: grid group on adjacent ranks (inside the NVLink domain first): row (activation broadcasts, "
-       "default) or col (weight broadcasts)"),
-    _o("dp", ("--data-parallel-size", "--dp"), int, "parallelism", "dp", "data parallel size (checked)"),
-    _o("sequence_parallel", ("--sequence-parallel",), bool, "parallelism", "sequence_parallel",
-       "sequence parallelism"),
-    _o("schedule", ("--schedule",), str, "parallelism", "schedule", schedule_help()),
-    _o("rank_order", ("--rank-order",), str, "parallelism", "rank_order", "e.g. tp-cp-ep-dp-pp"),
-    _o("first_stage_layers", ("--decoder-first-pipeline-num-layers",), int, "parallelism", "first_stage_layers",
-       "layers on the first stage"),
-    _o("last_stage_layers", ("--decoder-last-pipeline-num-layers",), int, "parallelism", "last_stage_layers",
-       "layers on the last stage"),
-    _o("account_for_embedding_in_pipeline_split", ("--account-for-embedding-in-pipeline-split",), bool,
-       "parallelism", "account_for_embedding_in_pipeline_split", "count the embedding as a layer of the first stage"),
-    _o("account_for_loss_in_pipeline_split", ("--account-for-loss-in-pipeline-split",), bool,
-       "parallelism", "account_for_loss_in_pipeline_split", "count the loss as a layer of the last stage"),
-    _o("pipeline_layout", ("--pipeline-model-parallel-layout",), str, "parallelism", "pipeline_layout",
-       "layers per virtual stage, e.g. 'Et|(tt|)*30L' (Megatron syntax)"),
-    # training
-    _o("micro_batch_size", ("--micro-batch-size", "--mbs"), int, "training", "micro_batch_size",
-       "micro-batch size (default 1)"),
-    _o("global_batch_size", ("--global-batch-size", "--gbs"), int, "training", "global_batch_size",
-       "global batch size (sequences)"),
-    _o("seq_length", ("--seq-length",), int, "training", "seq_length", "training sequence length"),
-    _o("recompute_granularity", ("--recompute-granularity",), str, "training", "recompute_granularity",
-       "none, selective or full"),
-    _o("recompute_num_layers", ("--recompute-num-layers",), int, "training", "recompute_num_layers",
-       "layers per stage recomputed (full)"),
-    _o("use_distributed_optimizer", ("--use-distributed-optimizer",), bool, "training", "use_distributed_optimizer",
-       "distributed optimizer (ZeRO-1)"),
-    _o("zero_stage", ("--zero-stage",), int, "training", "zero_stage", "ZeRO stage 0-3"),
-    _o("overlap_grad_reduce", ("--overlap-grad-reduce",), bool, "training", "overlap_grad_reduce",
-       "overlap DP gradient reduction with backward"),
-    _o("overlap_param_gather", ("--overlap-param-gather",), bool, "training", "overlap_param_gather",
-       "overlap parameter all-gather with forward"),
-    _o("tp_comm_overlap", ("--tp-comm-overlap",), bool, "training", "tp_comm_overlap",
-       "overlap TP communication with GEMMs"),
-    _o("no_overlap_p2p_comm", ("--no-overlap-p2p-communication",), bool, "training", "overlap_p2p_comm",
-       "interleaved schedule: block on pipeline send/recv", inverted=True),
-    _o("fp16", ("--fp16",), bool, "training", "precision", "fp16 mixed precision"),
-    _o("bf16", ("--bf16",), bool, "training", "precision", "bf16 mixed precision (default)"),
-    _o("fp8", ("--fp8",), bool, "training", "precision", "FP8 GEMMs (Transformer Engine)"),
-    _o("fp32", ("--fp32",), bool, "training", "precision", "fp32 training (TF32 GEMMs)"),
-    _o("fp8_recipe", ("--fp8-recipe",), str, "training", "fp8_recipe",
-       "FP8 scaling: delayed, tensorwise, blockwise or mxfp8 (implies --fp8)"),
-    _o("recompute_modules", ("--recompute-modules",), str, "training", "recompute_modules",
-       "modules recomputed in backward: mla_up_proj, moe_act (comma-separated)"),
-    _o("moe_shared_expert_overlap", ("--moe-shared-expert-overlap",), bool, "training",
-       "moe_shared_expert_overlap", "run the shared expert while tokens are dispatched"),
-    _o("moe_a2a_overlap", ("--overlap-moe-expert-parallel-comm",), bool, "training", "moe_a2a_overlap",
-       "hide the expert all-to-all behind another micro-batch's compute (merged 1F1B / DualPipe)"),
-    _o("attention", ("--attention",), str, "training", "attention",
-       "core attention path: flash, unfused (fused softmax on s² scores) or eager (fp32 softmax chain)"),
-    # framework (software stack) overrides, Megatron names
-    _o("transformer_impl", ("--transformer-impl",), str, "framework", "transformer_impl",
-       "transformer_engine or local (local also selects the local attention unless --attention-backend)"),
-    _o("attention_backend", ("--attention-backend",), str, "framework", "attention_backend",
-       "flash, fused, unfused or local"),
-    _o("no_masked_softmax_fusion", ("--no-masked-softmax-fusion",), bool, "framework", "masked_softmax_fusion",
-       "eager softmax instead of the fused scale-mask-softmax kernel", inverted=True),
-    _o("no_gradient_accumulation_fusion", ("--no-gradient-accumulation-fusion",), bool, "framework",
-       "gradient_accumulation_fusion", "wgrad GEMMs do not accumulate into main_grad directly", inverted=True),
-    _o("cross_entropy_loss_fusion", ("--cross-entropy-loss-fusion",), bool, "framework", "fused_cross_entropy",
-       "fused cross-entropy (no fp32 logits copies)"),
-    _o("main_params_dtype", ("--main-params-dtype",), str, "framework", "main_params_dtype",
-       "master weights: fp32, bf16, fp16 or param (no copy)"),
-    _o("exp_avg_dtype", ("--exp-avg-dtype",), str, "framework", "exp_avg_dtype", "Adam first moment dtype"),
-    _o("exp_avg_sq_dtype", ("--exp-avg-sq-dtype",), str, "framework", "exp_avg_sq_dtype",
-       "Adam second moment dtype"),
-    _o("optimizer_impl", ("--optimizer-impl",), str, "framework", "optimizer_impl", "fused, foreach or loop"),
-    _o("enable_cuda_graph", ("--enable-cuda-graph",), bool, "framework", "cuda_graphs",
-       "CUDA graphs (host dispatch per kernel no longer on the critical path)"),
-    _o("grad_reduce_in_bf16", ("--grad-reduce-in-bf16",), bool, "training", "grad_reduce_in_fp32",
-       "reduce gradients in 16-bit instead of fp32", inverted=True),
-    _o("train_tokens", ("--train-tokens",), float, "training", "train_tokens", "tokens to train on (e.g. 300e9)"),
-)
+def _spec_sections() -> tuple[tuple[str, type], ...]:
+    from trainsim.spec.framework import Framework
+    from trainsim.spec.job import Job
+    from trainsim.spec.model import Model
+    from trainsim.spec.parallelism import Parallelism
+    from trainsim.spec.system import Network, Node, System
+    from trainsim.spec.training import Training
 
+    return (("job", Job), ("model", Model), ("system.node", Node), ("system.network", Network), ("system", System),
+            ("parallelism", Parallelism), ("training", Training), ("framework", Framework))
+
+
+def _option(section: str, f: FieldFlag) -> JobOption:
+    return JobOption(f.param, f.flag.names, f.option_kind, section, f.field, f.help, f.flag.default, f.const,
+                     f.flag.scale, f.flag.dimension, f.flag.megatron, f.choices, f.multiple)
+
+
+def _build_options() -> tuple[JobOption, ...]:
+    out = tuple(_option(section, f) for section, spec in _spec_sections() for f in spec_flags(spec))
+    seen: dict[str, JobOption] = {}
+    for o in out:
+        for key in (o.name, *o.flags):
+            if key in seen:
+                raise RuntimeError(f"{key} declared twice ({seen[key].section}.{seen[key].field} and "
+                                   f"{o.section}.{o.field})")
+            seen[key] = o
+    return out
+
+
+#: Every job flag, in panel order: built from the spec fields' :class:`~trainsim.spec.flags.Flag` metadata.
+JOB_OPTIONS: tuple[JobOption, ...] = _build_options()
 _BY_NAME = {o.name: o for o in JOB_OPTIONS}
-PRECISION_FLAGS = ("fp16", "bf16", "fp8", "fp32")
+#: Option names of the precision switches (``--fp16`` ...), in declaration order.
+PRECISION_FLAGS = tuple(o.name for o in JOB_OPTIONS if o.section == "training" and o.field == "precision")
+
+
+def option(name: str) -> JobOption:
+    """The job option called ``name`` (its Python name)."""
+    return _BY_NAME[name]
+
+
+def dimension_options() -> dict[str, str]:
+    """Option name → search dimension, for the flags that feed a search dimension."""
+    return {o.name: o.dimension for o in JOB_OPTIONS if o.dimension}
 
 
 def _parameter(opt: JobOption, as_text: bool) -> inspect.Parameter:
     if opt.kind is bool:
         annotation: Any = bool
-        default = typer.Option(False, *opt.flags, help=opt.help, show_default=False)
+        default = typer.Option(False, *opt.flags, help=opt.help, show_default=False, rich_help_panel=opt.panel)
     else:
         annotation = str | None if as_text else opt.kind | None
         default = typer.Option(opt.default if not as_text or opt.default is None else str(opt.default),
-                               *opt.flags, help=opt.help)
+                               *opt.flags, help=opt.help, rich_help_panel=opt.panel)
     return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
@@ -197,7 +127,8 @@ def with_job_options(as_text: bool = False) -> Callable[[Callable[..., Any]], Ca
     """Decorator: add the job flags to a Typer command, which receives them as ``job_options``.
 
     A parameter of the command itself with a job flag's name (e.g. ``profile --attention-backend``, the SDPA
-    backend to measure) takes precedence: that job flag is not added.
+    backend to measure) takes precedence: that job flag is not added. Use ``cls=JobCommand`` (or a subclass) on the
+    command to list the flags in panels by section.
     """
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -219,12 +150,61 @@ def with_job_options(as_text: bool = False) -> Callable[[Callable[..., Any]], Ca
     return decorate
 
 
-def _precision(values: dict[str, Any]) -> str | None:
-    chosen = [p for p in PRECISION_FLAGS if values.get(p)]
-    if len(chosen) > 1:
-        raise TrainsimError("training.precision", f"several precisions given ({', '.join(chosen)})",
-                            "give one of --fp16, --bf16, --fp8, --fp32")
-    return chosen[0] if chosen else None
+class JobCommand(TyperCommand):
+    """A command whose ``--help`` lists the job flags in one section per panel (Job, Model, System, Parallelism,
+    Training, Framework) after the command's own options (with ``rich`` installed, Typer draws the same panels)."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None or param.param_type_name != "option":
+                continue
+            groups.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        order = ["Options", *dict.fromkeys(PANELS.values())]
+        for panel in sorted(groups, key=lambda p: order.index(p) if p in order else len(order)):
+            with formatter.section(panel if panel == "Options" else f"{panel} options"):
+                formatter.write_dl(groups[panel])
+
+
+def _field_path(opt: JobOption) -> str:
+    return f"{opt.section}.{opt.field}"
+
+
+def _distributed_optimizer(values: dict[str, Any]) -> None:
+    """Megatron's ``--use-distributed-optimizer`` is ZeRO stage 1 or more: a ``--zero-stage`` of 1..3 wins."""
+    if values.get("use_distributed_optimizer") and values.get("zero_stage") is not None:
+        if values["zero_stage"] < 1:
+            raise TrainsimError("training.zero_stage", "--use-distributed-optimizer is ZeRO stage 1",
+                                "drop --zero-stage 0 or --use-distributed-optimizer")
+        values["use_distributed_optimizer"] = False
+
+
+def section_values(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Flag values (``None``/``False`` = not given) as field values per section (switches resolved to their
+    constant, units converted); two flags that set one field to different values are an error."""
+    values = dict(values)
+    _distributed_optimizer(values)
+    sections: dict[str, dict[str, Any]] = {s: {} for s in PANELS}
+    given: dict[str, tuple[Any, str]] = {}
+    for name, value in values.items():
+        opt = _BY_NAME[name]
+        if opt.section == "job" or value is None or value is False:
+            continue
+        if opt.is_switch:
+            value = opt.const
+        elif opt.multiple:
+            value = tuple(v for v in str(value).replace(",", " ").split() if v)
+        elif opt.scale is not None:
+            value = value * opt.scale
+        path = _field_path(opt)
+        if path in given and given[path][0] != value:
+            raise TrainsimError(path, f"{given[path][1]} and {opt.flags[0]} contradict", "give one of them")
+        given[path] = (value, opt.flags[0])
+        sections[opt.section][opt.field] = value
+    if values.get("fp8_recipe") and "precision" not in sections["training"]:
+        sections["training"]["precision"] = "fp8"  # a recipe only exists for FP8 training
+    return sections
 
 
 def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  # -> Job (lazy import)
@@ -235,28 +215,7 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
     from trainsim.spec.presets import load_model, load_system
     from trainsim.spec.training import Training
 
-    sections: dict[str, dict[str, Any]] = {"model": {}, "system": {}, "parallelism": {}, "training": {},
-                                           "framework": {}}
-    for name, value in values.items():
-        opt = _BY_NAME[name]
-        if opt.section == "job" or name in PRECISION_FLAGS or value is None or value is False:
-            continue
-        if opt.inverted:
-            value = False
-        elif name == "use_distributed_optimizer":
-            if values.get("zero_stage") is not None and values["zero_stage"] < 1:
-                raise TrainsimError("training.zero_stage", "--use-distributed-optimizer is ZeRO stage 1",
-                                    "drop --zero-stage 0 or --use-distributed-optimizer")
-            sections["training"].setdefault("zero_stage", 1)
-            continue
-        if name == "recompute_modules":
-            value = tuple(v for v in str(value).replace(",", " ").split() if v)
-        sections[opt.section][opt.field] = value
-    precision = _precision(values)
-    if precision is None and values.get("fp8_recipe"):
-        precision = "fp8"  # a recipe only exists for FP8 training
-    if precision:
-        sections["training"]["precision"] = precision
+    sections = section_values(values)
     if "global_batch_size" not in sections["training"]:
         raise TrainsimError("training.global_batch_size", "is required", "give --global-batch-size (or --gbs)")
 
@@ -270,27 +229,18 @@ def job_from_options(values: dict[str, Any]):  # type: ignore[no-untyped-def]  #
     else:
         missing = [f for f in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if f not in overrides]
         if missing:
-            flags = ", ".join("--" + m.replace("_", "-") for m in missing)
+            flags = ", ".join(option(m).flags[0] for m in missing)
             raise TrainsimError("model", "no --model preset and the architecture flags are incomplete",
                                 f"give --model NAME or also {flags}")
         if "seq_length" not in overrides and "seq_length" in sections["training"]:
             overrides["seq_length"] = sections["training"]["seq_length"]  # Megatron: max positions default to it
         model = Model(**overrides)
 
-    system = load_system(values.get("system") or "dgx-h100")
-    s = sections["system"]
-    if s:
-        node, network = system.node, system.network
-        if "gpus_per_node" in s:
-            node = node.replace(gpus_per_node=s["gpus_per_node"])
-        if "nics_per_node" in s:
-            network = network.replace(nics_per_node=s["nics_per_node"])
-        if "nic_bandwidth_gbps" in s:
-            if s["nic_bandwidth_gbps"] <= 0:
-                raise TrainsimError("system.network.nic_bandwidth_gbps", "must be positive", "give Gb/s per NIC")
-            network = network.replace(nic_bandwidth=s["nic_bandwidth_gbps"] * 1e9 / 8)
-        system = system.replace(node=node, network=network, price_per_gpu_hour=s.get(
-            "price_per_gpu_hour", system.price_per_gpu_hour))
+    system = load_system(values.get("system") or option("system").default)
+    node, network, top = sections["system.node"], sections["system.network"], sections["system"]
+    if node or network or top:
+        system = system.replace(node=system.node.replace(**node) if node else system.node,
+                                network=system.network.replace(**network) if network else system.network, **top)
     return Job(
         model=model,
         system=system,

@@ -1,8 +1,9 @@
 """Megatron-LM command lines as they are: ``trainsim predict --megatron-args FILE``.
 
 :func:`parse_megatron_args` maps the Megatron-LM training flags that change time, memory or cost onto a job: every
-flag of :data:`trainsim.cli.job_options.JOB_OPTIONS` (looked up there, so a flag added to that table is understood
-here too) plus the Megatron spellings in :data:`EXTRA_FLAGS` (``--group-query-attention``, ``--disable-bias-linear``,
+flag of :data:`trainsim.cli.job_options.JOB_OPTIONS` (generated from the spec fields' flag metadata, so a flag
+declared on a field is understood here too: ``--disable-bias-linear``, ``--hidden-dropout``, ``--ddp-bucket-size``
+...) plus the Megatron spellings with a rule of their own in :data:`EXTRA_FLAGS` (``--group-query-attention``,
 ``--fp8-format``, ``--recompute-method``, ``--num-layers-per-virtual-pipeline-stage``, ``--use-flash-attn``,
 ``--train-iters`` ...). Flags that do not affect performance (learning rate, data paths, logging, checkpointing:
 :data:`IGNORED_FLAGS`, :data:`IGNORED_PREFIXES`) are ignored with one note; flags trainsim does not know are listed
@@ -59,12 +60,6 @@ class MegatronArgs:
 Handler = Callable[[MegatronArgs, str | None], None]
 
 
-def _set_model(name: str, value: Any) -> Handler:
-    def h(a: MegatronArgs, v: str | None) -> None:
-        a.model[name] = value
-    return h
-
-
 def _fp8_format(a: MegatronArgs, v: str | None) -> None:
     a.options["fp8"] = True
     a.options["bf16"] = False  # Megatron: --fp8-format runs FP8 GEMMs on top of --bf16
@@ -74,10 +69,6 @@ def _recompute_method(a: MegatronArgs, v: str | None) -> None:
     if v not in ("uniform", "block"):
         raise TrainsimError("--recompute-method", f"unknown method {v!r}", "use uniform or block")
     a.recompute_method = v
-
-
-def _attention_backend(a: MegatronArgs, v: str | None) -> None:
-    a.options["attention"] = "unfused" if v in ("unfused", "local") else "flash"
 
 
 def _int_value(flag: str, v: str | None) -> int:
@@ -112,45 +103,24 @@ def _train_samples(a: MegatronArgs, v: str | None) -> None:
     a.train_samples = _int_value("--train-samples", v)
 
 
-def _int_field(section: str, name: str, flag: str) -> Handler:
-    def h(a: MegatronArgs, v: str | None) -> None:
-        getattr(a, section)[name] = _int_value(flag, v)
-    return h
-
-
-def _float_field(section: str, name: str, flag: str) -> Handler:
-    def h(a: MegatronArgs, v: str | None) -> None:
-        getattr(a, section)[name] = _float_value(flag, v)
-    return h
-
-
 def _note(text: str) -> Handler:
     def h(a: MegatronArgs, v: str | None) -> None:
         a.notes.append(text)
     return h
 
 
-#: Megatron flags beyond the job options: flag → (takes a value, handler).
+#: Megatron flags beyond the job options (spellings with a rule of their own: the job options themselves come from
+#: the spec fields' flags): flag → (takes a value, handler).
 EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--group-query-attention": (False, lambda a, v: a.training.__setitem__("_gqa", True)),
-    "--disable-bias-linear": (False, _set_model("add_bias_linear", False)),
-    "--add-qkv-bias": (False, _set_model("add_qkv_bias", True)),
-    "--qk-layernorm": (False, _set_model("qk_layernorm", True)),
     "--fp8-format": (True, _fp8_format),
     "--fp8-hybrid": (False, _fp8_format),
     "--recompute-method": (True, _recompute_method),
     "--recompute-activations": (False, lambda a, v: a.options.__setitem__("recompute_granularity", "selective")),
     "--num-layers-per-virtual-pipeline-stage": (True, _vpp_layers),
     "--use-flash-attn": (False, lambda a, v: a.options.__setitem__("attention", "flash")),
-    "--attention-backend": (True, _attention_backend),
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),
-    "--make-vocab-size-divisible-by": (True, _int_field("model", "make_vocab_size_divisible_by",
-                                                        "--make-vocab-size-divisible-by")),
-    "--hidden-dropout": (True, _float_field("model", "hidden_dropout", "--hidden-dropout")),
-    "--attention-dropout": (True, _float_field("model", "attention_dropout", "--attention-dropout")),
-    "--accumulate-allreduce-grads-in-fp32": (False, lambda a, v: a.training.__setitem__("grad_reduce_in_fp32", True)),
-    "--ddp-bucket-size": (True, _int_field("training", "ddp_bucket_size", "--ddp-bucket-size")),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),
     "--moe-grouped-gemm": (False, _note("--moe-grouped-gemm: expert GEMMs are modelled one per expert")),
 }
@@ -158,10 +128,10 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
 #: Flags known not to change time, memory or cost (their value, if any, is skipped).
 IGNORED_FLAGS = frozenset({
     "--weight-decay", "--clip-grad", "--split", "--vocab-file", "--merge-file", "--mock-data", "--distributed-backend",
-    "--distributed-timeout-minutes", "--dataloader-type", "--num-workers", "--transformer-impl", "--use-mcore-models",
+    "--distributed-timeout-minutes", "--dataloader-type", "--num-workers", "--use-mcore-models",
     "--rotary-base", "--rotary-percent", "--rotary-seq-len-interpolation-factor", "--rope-scaling-factor",
     "--use-rope-scaling", "--use-rotary-position-embeddings", "--norm-epsilon", "--apply-query-key-layer-scaling",
-    "--attention-softmax-in-fp32", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
+    "--attention-softmax-in-fp32", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
     "--no-bias-dropout-fusion", "--no-rope-fusion", "--hysteresis", "--initial-loss-scale", "--min-loss-scale",
     "--finetune", "--use-checkpoint-args", "--override-opt_param-scheduler", "--manual-gc", "--manual-gc-interval",
     "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-pre-softmax", "--timing-log-level",
@@ -169,7 +139,7 @@ IGNORED_FLAGS = frozenset({
     "--use-cpu-initialization", "--min-lr", "--profile", "--profile-step-start", "--profile-step-end",
     "--profile-ranks", "--async-save", "--no-save-optim", "--no-save-rng", "--exit-signal-handler",
     "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval", "--swiglu-fusion",
-    "--cross-entropy-loss-fusion", "--num-dataset-builder-threads", "--object-storage-cache-path", "--legacy-tokenizer",
+    "--num-dataset-builder-threads", "--object-storage-cache-path", "--legacy-tokenizer",
 })
 IGNORED_PREFIXES = ("--lr", "--log-", "--log", "--wandb-", "--tensorboard", "--eval-", "--save", "--load",
                     "--data-", "--tokenizer-", "--adam-", "--sgd-", "--init-method", "--ckpt-", "--exit-",

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.core import TyperCommand
 
 from trainsim.cli import app
-from trainsim.cli.job_options import job_from_options, with_job_options
+from trainsim.cli.job_options import JobCommand, job_from_options, with_job_options
 
 #: Value of ``--memory-timeline`` given without a file.
 NO_FILE = "-"
@@ -17,7 +16,7 @@ OPTIONAL_VALUE_FLAGS = ("--memory-timeline",)
 MEGATRON_META = "trainsim.megatron_flags"
 
 
-class PredictCommand(TyperCommand):
+class PredictCommand(JobCommand):
     """``predict`` with options whose value is optional (``--memory-timeline [FILE]``)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
@@ -38,7 +37,7 @@ class PredictCommand(TyperCommand):
 
         from trainsim.cli.megatron_args import EXTRA_FLAGS, is_ignored
 
-        known = {name for param in self.params for name in (*param.opts, *param.secondary_opts)}
+        known = {name for param in self.get_params(ctx) for name in (*param.opts, *param.secondary_opts)}
         known |= set(ctx.help_option_names)  # `trainsim predict --help` is help, not a Megatron flag
         kept: list[str] = []
         extra: list[str] = []

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from trainsim.cli import app
-from trainsim.cli.job_options import job_from_options, with_job_options
+from trainsim.cli.job_options import JobCommand, job_from_options, with_job_options
 from trainsim.io.atomic import write_text_atomic
 
 
@@ -46,7 +46,7 @@ def _profile_job(values: dict[str, Any]) -> Any:
     return job_from_options(values)
 
 
-@app.command("profile")
+@app.command("profile", cls=JobCommand)
 @with_job_options()
 def profile_command(
     out: Path = typer.Option(..., "--out", "-o", help="operator table to write (Parquet)"),

@@ -7,10 +7,10 @@ from typing import Any
 import typer
 
 from trainsim.cli import app
-from trainsim.cli.job_options import with_job_options
+from trainsim.cli.job_options import JobCommand, with_job_options
 
 
-@app.command("search")
+@app.command("search", cls=JobCommand)
 @with_job_options(as_text=True)
 def search_command(
     ctx: typer.Context,

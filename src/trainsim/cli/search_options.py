@@ -10,45 +10,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainsim.cli.job_options import JOB_OPTIONS, option
 from trainsim.errors import TrainsimError
 from trainsim.search.space import SearchSpace
 
-#: job flag name → search dimension
-DIMENSION_FLAGS: dict[str, str] = {
-    "num_gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "cp": "cp", "ep": "ep", "etp": "etp", "dp": "dp",
-    "micro_batch_size": "micro_batch_size", "schedule": "schedule", "rank_order": "rank_order",
-    "recompute_granularity": "recompute", "zero_stage": "zero_stage",
-    "tensor_parallel_mode": "tensor_parallel_mode", "tp_rows": "tp_rows", "tp_inner": "tp_inner",
-    "summa_blocks": "summa_blocks",
-}
+#: job flag name → search dimension (from the ``dimension`` of the spec fields' flags; ``--sequence-parallel`` is a
+#: switch, searched through ``--sp``)
+DIMENSION_FLAGS: dict[str, str] = {o.name: o.dimension for o in JOB_OPTIONS if o.dimension and not o.is_switch}
 # Training flags whose validity depends on searched dimensions: kept out of the base job, put back in the template.
 _DEFERRED = ("tp_comm_overlap", "overlap_param_gather", "recompute_num_layers")
 _PIPELINE_SPLIT = ("first_stage_layers", "last_stage_layers")
 
 
 def _flag(name: str) -> str:
-    from trainsim.cli.job_options import JOB_OPTIONS
+    return option(name).flags[0]
 
-    for o in JOB_OPTIONS:
-        if o.name == name:
-            return o.flags[0]
-    return "--" + name.replace("_", "-")
+
+def _dimension_flags() -> str:
+    flags = [[f for f in option(name).flags if f.startswith("--")][-1] for name in DIMENSION_FLAGS]
+    return " ".join([*flags, "--sp"])
 
 
 def typed_value(name: str, value: Any) -> Any:
     """Convert one non-search flag's text to its type, refusing lists and ranges."""
-    from trainsim.cli.job_options import JOB_OPTIONS
-
-    opt = next(o for o in JOB_OPTIONS if o.name == name)
+    opt = option(name)
     if value is None or opt.kind is bool or not isinstance(value, str):
         return value
     text = value.strip()
     if opt.kind in (int, float) and ("," in text or ".." in text or ":" in text):
         raise TrainsimError(name, f"{_flag(name)} takes one value (got {value!r})",
-                            "lists and ranges are only accepted for the search dimensions "
-                            "(--num-gpus --tp --pp --vpp --cp --ep --etp --dp --mbs --schedule --recompute-granularity "
-                            "--zero-stage --rank-order --sp --tensor-parallel-mode --tp-rows --tp-inner "
-                            "--summa-blocks)")
+                            f"lists and ranges are only accepted for the search dimensions ({_dimension_flags()})")
     if opt.kind is int:
         try:
             number = float(text)

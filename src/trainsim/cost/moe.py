@@ -9,7 +9,6 @@ by the micro-batches of one iteration.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from trainsim.cost.comm import Placements, placements_of
@@ -64,7 +63,7 @@ def moe_breakdown(job: Job, cost_model: CostModel | None = None) -> dict[str, An
         if s == par.pp - 1 and m.mtp_num_layers and m.is_moe:
             kinds.append(((True, job.training.recompute_granularity), m.mtp_num_layers))
         for (_moe, mode), n in kinds:
-            sh = shard if mode == shard.recompute else dataclasses.replace(shard, recompute=mode)
+            sh = shard.with_recompute(mode)
             work = layer_work(m, sh, True)
             for key, t in _categorise(work, model, places).items():
                 totals[key] = totals.get(key, 0.0) + n * t

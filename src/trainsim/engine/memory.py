@@ -30,10 +30,8 @@ import numpy as np
 from trainsim.engine.timeline import Timeline
 from trainsim.graph.build import Kind as K
 from trainsim.graph.build import chunk_layers
-from trainsim.spec.training import element_bytes
-from trainsim.workload import fusion as fz
-from trainsim.workload.fusion import fusion_of
-from trainsim.workload.memory import layer_activation_bytes, saved_input_bytes, stage_memory
+from trainsim.workload.layers import Shard, shard_of
+from trainsim.workload.memory import embedding_dropout_bytes, layer_activation_bytes, logits_bytes, stage_memory
 
 
 @dataclass(frozen=True)
@@ -68,13 +66,12 @@ class StageMemoryTimeline:
         return out
 
 
-def _weight_grad_inputs(job: Any, moe: bool, q: float) -> float:
+def _weight_grad_inputs(model: Any, shard: Shard, moe: bool) -> float:
     """Bytes of the linear-layer inputs one layer keeps for its weight gradients (split backward)."""
-    model, par, tr = job.model, job.parallelism, job.training
-    tp, cp = par.tp, par.cp
-    s = job.seq_length // cp
-    b, h, d = tr.micro_batch_size, model.hidden_size, model.head_dim
-    rep = tp if job.sequence_parallel else 1
+    tp, q = shard.tp, shard.saved_input_bytes
+    s = shard.seq // shard.cp
+    b, h, d = shard.micro_batch, model.hidden_size, model.head_dim
+    rep = tp if shard.sequence_parallel else 1
     heads = model.num_attention_heads / tp
     total = q * s * b * h / rep + q * s * b * heads * d  # QKV and projection inputs
     if moe:
@@ -89,37 +86,27 @@ def chunk_activation_bytes(job: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """Per ``[stage, chunk]``: activations of one micro-batch, the part kept for weight gradients, the transient
     full layer of full recomputation, and the logits."""
     model, par, tr = job.model, job.parallelism, job.training
-    p, v, tp, cp = par.pp, par.vpp, par.tp, par.cp
-    b, seq = tr.micro_batch_size, job.seq_length
-    e = element_bytes(tr.precision)
-    q = saved_input_bytes(tr.precision, tr.fp8_recipe)
-    etp, mods = par.expert_tp, tuple(tr.recompute_modules)
-    sp = job.sequence_parallel
-    fusion = fusion_of(job)
-    path = job.attention_path
+    p, v = par.pp, par.vpp
+    shard = shard_of(job)
     act = np.zeros((p, v))
     keep_w = np.zeros((p, v))
     full = np.zeros((p, v))
     logits = np.zeros((p, v))
-    tokens = b * seq / cp
     for s in range(p):
         stage_full = 0.0
         for c in range(v):
             for moe, mode in chunk_layers(job, s, c):
                 mem_mode = mode if mode != "none" or tr.recompute_granularity != "full" else "selective"
-                act[s, c] += layer_activation_bytes(model, b, seq, tp, cp, sp, mem_mode, path, e, moe, q,
-                                                    etp, mods, fusion)
-                keep_w[s, c] += _weight_grad_inputs(job, moe, q)
+                act[s, c] += layer_activation_bytes(model, shard.with_recompute(mem_mode), moe)
+                keep_w[s, c] += _weight_grad_inputs(model, shard, moe)
                 if tr.recompute_granularity == "full":
-                    stage_full = max(stage_full, layer_activation_bytes(model, b, seq, tp, cp, sp, "none",
-                                                                        path, e, moe, q, etp, mods, fusion))
+                    stage_full = max(stage_full, layer_activation_bytes(model, shard.with_recompute("none"), moe))
         full[s, :] = stage_full
         # virtual stage 0 is chunk 0 of rank 0 in every placement
-        if s == 0 and model.hidden_dropout > 0 and fusion.dropout:
-            act[s, 0] += tokens * model.hidden_size / (tp if sp else 1)
+        if s == 0:
+            act[s, 0] += embedding_dropout_bytes(model, shard)
     head_stage, head_chunk = job.pipeline.rank_of(p, p * v - 1)
-    logits[int(head_stage), int(head_chunk)] = (tokens * model.padded_vocab_size(tp) / tp
-                                                * fz.logits_memory_bytes(fusion, e))
+    logits[int(head_stage), int(head_chunk)] = logits_bytes(model, shard)
     keep_w = np.minimum(keep_w, act)
     return act, keep_w, full, logits
 

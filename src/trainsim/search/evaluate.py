@@ -65,19 +65,7 @@ class Candidate:
     """
 
     index: int
-    num_gpus: int
-    tp: int
-    pp: int
-    vpp: int
-    cp: int
-    ep: int
-    dp: int
-    micro_batch_size: int
-    schedule: str
-    recompute: str
-    zero_stage: int
-    sequence_parallel: bool
-    rank_order: str
+    spec: CandidateSpec  # the plan (its fields read as attributes of the candidate: ``c.tp``, ``c.schedule`` ...)
     num_nodes: int
     fits: bool
     peak_memory_bytes: float
@@ -94,21 +82,17 @@ class Candidate:
     tight: bool = False  # fits within 10 % of capacity: ranked after plans with headroom
     analytic_iteration_time_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    etp: int | None = None  # expert tensor-parallel size (None: tp)
-    tensor_parallel_mode: str = "1d"
-    tp_rows: int | None = None
-    tp_inner: str = "row"
-    summa_blocks: int = 4
+
+    def __getattr__(self, name: str) -> Any:
+        """The plan's fields (:class:`~trainsim.search.space.CandidateSpec`): ``c.tp``, ``c.micro_batch_size`` ..."""
+        if name in CandidateSpec._fields:
+            return getattr(self.spec, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def expert_tp(self) -> int:
         """Expert tensor-parallel size (resolved)."""
-        return self.etp if self.etp is not None else self.tp
-
-    @property
-    def spec(self) -> CandidateSpec:
-        """The configuration alone."""
-        return CandidateSpec(*(getattr(self, name) for name in CandidateSpec._fields))
+        return self.spec.etp if self.spec.etp is not None else self.spec.tp
 
     @property
     def breakdown_s(self) -> dict[str, float] | None:
@@ -203,10 +187,8 @@ def evaluate_chunk(ctx: EvalContext, specs: list[CandidateSpec]) -> list[tuple[A
 def make_candidate(index: int, spec: CandidateSpec, result: tuple[Any, ...], ctx: EvalContext) -> Candidate:
     """A :class:`Candidate` from a spec and its evaluation result."""
     num_nodes, fits, peak, t, mfu, hfu, breakdown = result
-    c = Candidate(index, *spec[:13], num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown,
-                  tight=is_tight(peak, ctx.system.gpu.hbm_capacity), etp=spec.etp,
-                  tensor_parallel_mode=spec.tensor_parallel_mode, tp_rows=spec.tp_rows, tp_inner=spec.tp_inner,
-                  summa_blocks=spec.summa_blocks)
+    c = Candidate(index, spec, num_nodes=num_nodes, fits=fits, peak_memory_bytes=peak, breakdown=breakdown,
+                  tight=is_tight(peak, ctx.system.gpu.hbm_capacity))
     if t is not None:
         tokens = ctx.training.global_batch_size * (ctx.training.seq_length or ctx.model.seq_length)
         c.set_time(t, mfu, hfu, tokens, ctx.train_tokens, ctx.price_per_gpu_hour)

@@ -13,15 +13,16 @@ from trainsim.io.atomic import atomic_path, write_text_atomic
 from trainsim.search.evaluate import Candidate
 from trainsim.search.objectives import meets_deadline
 from trainsim.search.refine import Refinement
+from trainsim.search.space import CandidateSpec
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Keys of every candidate in the JSON output, in order.
+#: Keys of every candidate in the JSON output, in order: the plan (the fields of
+#: :class:`~trainsim.search.space.CandidateSpec`, i.e. the search dimensions declared on the spec fields), then the
+#: evaluation.
 CANDIDATE_KEYS = (
-    "rank", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size", "num_gpus", "num_nodes", "schedule",
-    "recompute", "zero_stage", "sequence_parallel", "rank_order", "tensor_parallel_mode", "tp_rows", "tp_inner",
-    "summa_blocks", "iteration_time_s", "mfu", "hfu", "tokens_per_s",
+    "rank", *CandidateSpec._fields, "num_nodes", "iteration_time_s", "mfu", "hfu", "tokens_per_s",
     "fits", "tight", "peak_memory_bytes", "training_days", "gpu_hours", "cost_usd", "meets_deadline", "pareto",
     "engine",
 )
@@ -83,15 +84,7 @@ class SearchResult:
         if pareto is None:
             pareto = any(self.candidates[i] is c for i in self.pareto)
         d: dict[str, Any] = {
-            "rank": rank, "tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep,
-            "etp": c.expert_tp, "dp": c.dp,
-            "micro_batch_size": c.micro_batch_size, "num_gpus": c.num_gpus, "num_nodes": c.num_nodes,
-            "schedule": c.schedule, "recompute": c.recompute, "zero_stage": c.zero_stage,
-            "sequence_parallel": c.sequence_parallel, "rank_order": c.rank_order,
-            "tensor_parallel_mode": c.tensor_parallel_mode,
-            "tp_rows": c.tp_rows if c.tensor_parallel_mode == "summa" else None,
-            "tp_inner": c.tp_inner if c.tensor_parallel_mode == "summa" else None,
-            "summa_blocks": c.summa_blocks if c.tensor_parallel_mode == "summa" else None,
+            "rank": rank, **c.spec.report(), "num_nodes": c.num_nodes,
             "iteration_time_s": c.iteration_time_s, "mfu": c.mfu, "hfu": c.hfu, "tokens_per_s": c.tokens_per_s,
             "fits": c.fits, "tight": c.tight, "peak_memory_bytes": c.peak_memory_bytes,
             "training_days": c.training_days,

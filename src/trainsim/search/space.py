@@ -40,12 +40,13 @@ from trainsim.parallel.axes import DEFAULT_RANK_ORDER, ORDER_AXES, Axis, Group, 
 from trainsim.parallel.layout import Layout
 from trainsim.schedule import SCHEDULE_NAMES, default_schedule, get_schedule, searched_schedules
 from trainsim.spec.base import Spec
+from trainsim.spec.flags import spec_flags
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.system import System
-from trainsim.spec.training import Training, element_bytes
+from trainsim.spec.training import Training
 
 OPEN = "all"
 OPEN_WORDS = frozenset({"all", "*", "open"})
@@ -79,8 +80,26 @@ _DOUBLING = re.compile(r"^(-?\d+)\s*\.\.\s*(-?\d+)$")
 _HINT = "give a value, a list (4,8,16), a range a:b[:step] (512:4096:512) or a:b doubling (256..2048), or 'all'"
 
 
+def _dimension_fields(spec: type) -> dict[str, str]:
+    """Search dimension → field of ``spec``, from the fields' flag metadata (``Flag(..., dimension=...)``)."""
+    return {f.flag.dimension: f.field for f in spec_flags(spec) if f.flag.dimension}
+
+
+#: Search dimension → :class:`Parallelism` field (declared on the fields: :mod:`trainsim.spec.flags`).
+PARALLELISM_DIMENSIONS: dict[str, str] = _dimension_fields(Parallelism)
+#: Search dimension → :class:`Training` field (``recompute`` is ``recompute_granularity``).
+TRAINING_DIMENSIONS: dict[str, str] = _dimension_fields(Training)
+
+
 class CandidateSpec(NamedTuple):
-    """One point of the design space (resolved: every value explicit)."""
+    """One point of the design space (resolved: every value explicit): the GPU count, a :class:`Parallelism`
+    (:attr:`parallelism`) and the training fields the search varies (:meth:`training_update`).
+
+    Its fields are the search dimensions — the spec fields whose flag declares a ``dimension`` — and nothing else
+    (a test checks it), so the plan columns of reports (:data:`~trainsim.search.result.CANDIDATE_KEYS`), the job of a
+    candidate (:func:`build_job`) and the evaluated :class:`~trainsim.search.evaluate.Candidate` all follow from it.
+    A tuple, not a pydantic model, because hundreds of thousands of them are hashed and sent to workers.
+    """
 
     num_gpus: int
     tp: int
@@ -100,6 +119,28 @@ class CandidateSpec(NamedTuple):
     tp_rows: int | None = None  # summa: grid rows
     tp_inner: str = "row"  # summa: the grid group on adjacent ranks
     summa_blocks: int = 4
+
+    def parallelism_fields(self) -> dict[str, Any]:
+        """The :class:`Parallelism` fields of this candidate."""
+        return {name: getattr(self, dim) for dim, name in PARALLELISM_DIMENSIONS.items()}
+
+    @property
+    def parallelism(self) -> Parallelism:
+        """This candidate's :class:`Parallelism` (not validated again: :func:`enumerate_space` validated it)."""
+        return Parallelism.model_construct(**self.parallelism_fields())
+
+    def training_update(self) -> dict[str, Any]:
+        """The :class:`Training` fields this candidate sets (micro-batch size, recompute mode, ZeRO stage)."""
+        return {name: getattr(self, dim) for dim, name in TRAINING_DIMENSIONS.items()}
+
+    def report(self) -> dict[str, Any]:
+        """The plan columns of a report: every field, with the expert tensor-parallel size resolved and the SUMMA
+        grid fields only for SUMMA plans."""
+        out = self._asdict()
+        out["etp"] = self.etp if self.etp is not None else self.tp
+        if self.tensor_parallel_mode != "summa":
+            out.update(tp_rows=None, tp_inner=None, summa_blocks=None)
+        return out
 
 
 #: Values one arithmetic range may expand to (a typo such as 1:100000000 is refused instead of running for hours).
@@ -587,21 +628,18 @@ class _Enumerator:
         from trainsim.workload.flops import iteration_flops
         from trainsim.workload.fusion import fusion_of
         from trainsim.workload.layers import Shard, layer_work
-        from trainsim.workload.memory import layer_activation_bytes, saved_input_bytes
+        from trainsim.workload.memory import layer_activation_bytes
 
         tr, model = self.tr, self.model
-        e = element_bytes(tr.precision)
-        q = saved_input_bytes(tr.precision, tr.fp8_recipe)
         flags = (False, True) if model.is_moe else (False,)
         fusion = fusion_of(probe)
+        recipe = tr.fp8_recipe if tr.precision == "fp8" else None
         for moe in flags:
-            shards = [Shard(mbs, self.seq, tp, cp, ep, sp, tr.precision, probe.attention_path, mode, fusion)
-                      for mode in ("none", "selective")]
+            shards = [Shard(mbs, self.seq, tp, cp, ep, sp, tr.precision, probe.attention_path, mode, fusion,
+                            fp8_recipe=recipe) for mode in ("none", "selective")]
             if layer_work(model, shards[0], moe) != layer_work(model, shards[1], moe):
                 return False
-            sizes = [layer_activation_bytes(model, mbs, self.seq, tp, cp, sp, mode, probe.attention_path, e, moe,
-                                            q, fusion=fusion) for mode in ("none", "selective")]
-            if sizes[0] != sizes[1]:
+            if layer_activation_bytes(model, shards[0], moe) != layer_activation_bytes(model, shards[1], moe):
                 return False
         flops = [iteration_flops(probe.model_copy(update={"training": tr.model_copy(update={
             "recompute_granularity": mode, "micro_batch_size": mbs})})).hardware for mode in ("none", "selective")]
@@ -709,14 +747,9 @@ def build_job(model: Model, system: System, training: Training, spec: CandidateS
     :func:`enumerate_space`, which validated every one of them; ``training`` must then be resolved, as
     :class:`SearchSpace` keeps it)."""
     fw = framework or load_framework()
-    fields = {"tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "ep": spec.ep, "etp": spec.etp,
-              "dp": spec.dp,
-              "sequence_parallel": spec.sequence_parallel, "schedule": spec.schedule, "rank_order": spec.rank_order,
-              "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
-              "tensor_parallel_mode": spec.tensor_parallel_mode, "tp_rows": spec.tp_rows, "tp_inner": spec.tp_inner,
-              "summa_blocks": spec.summa_blocks}
-    tr = training.model_copy(update={"micro_batch_size": spec.micro_batch_size,
-                                     "recompute_granularity": spec.recompute, "zero_stage": spec.zero_stage})
+    fields = {**spec.parallelism_fields(), "first_stage_layers": first_stage_layers,
+              "last_stage_layers": last_stage_layers}
+    tr = training.model_copy(update=spec.training_update())
     if not validate:
         par = Parallelism.model_construct(**fields)
         return Job.model_construct(model=model, system=system, parallelism=par, training=tr,

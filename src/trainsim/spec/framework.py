@@ -19,14 +19,15 @@ import difflib
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
-from trainsim.spec.training import element_bytes
+from trainsim.spec.flags import Flag
+from trainsim.spec.training import element_bytes, grad_element_bytes
 
 AttentionBackend = Literal["flash", "fused", "unfused", "local"]
 TransformerImpl = Literal["transformer_engine", "local"]
@@ -56,11 +57,18 @@ class Framework(Spec, frozen=True):
     sources: dict[str, str] = Field(default_factory=dict, description="field name -> where the fact is documented")
 
     # ---- layers and attention --------------------------------------------------------------------------------------
-    transformer_impl: TransformerImpl = Field(description="Megatron --transformer-impl: TE modules or local/torch")
-    attention_backend: AttentionBackend = Field(
+    transformer_impl: Annotated[TransformerImpl, Flag(
+        "--transformer-impl",
+        help="transformer_engine or local (local also selects the local attention unless "
+             "--attention-backend)")] = Field(
+        description="Megatron --transformer-impl: TE modules or local/torch")
+    attention_backend: Annotated[AttentionBackend, Flag("--attention-backend",
+                                                        help="flash, fused, unfused or local")] = Field(
         description="Megatron --attention-backend: flash/fused (FlashAttention / cuDNN fused attention, no s² "
                     "tensors), unfused (TE's unfused DotProductAttention), local (Megatron's own DotProductAttention)")
-    masked_softmax_fusion: bool = Field(
+    masked_softmax_fusion: Annotated[bool, Flag(
+        "--no-masked-softmax-fusion", const=False,
+        help="eager softmax instead of the fused scale-mask-softmax kernel")] = Field(
         description="unfused/local paths: the fused scale-mask-softmax CUDA kernel runs when its limits allow; else "
                     "the eager PyTorch chain (upcast, masked_fill, softmax, downcast)")
     fused_softmax_max_seq: int = Field(gt=0, description="longest key length the fused softmax kernel accepts")
@@ -71,15 +79,25 @@ class Framework(Spec, frozen=True):
     fused_bias_activation: bool = Field(description="bias-GELU / SwiGLU as one kernel")
     fused_bias_dropout_add: bool = Field(description="bias + dropout + residual add as one kernel")
     fused_rope: bool = Field(description="rotary embedding as one kernel (else eager rotate_half chain)")
-    fused_cross_entropy: bool = Field(description="vocabulary-parallel cross-entropy fused (no fp32 logits copies)")
-    gradient_accumulation_fusion: bool = Field(
+    fused_cross_entropy: Annotated[bool, Flag("--cross-entropy-loss-fusion", param="cross_entropy_loss_fusion",
+                                              help="fused cross-entropy (no fp32 logits copies)")] = Field(
+        description="vocabulary-parallel cross-entropy fused (no fp32 logits copies)")
+    gradient_accumulation_fusion: Annotated[bool, Flag(
+        "--no-gradient-accumulation-fusion", const=False,
+        help="wgrad GEMMs do not accumulate into main_grad directly")] = Field(
         description="weight-gradient GEMM accumulates straight into the fp32 main_grad buffer")
     # ---- optimizer -----------------------------------------------------------------------------------------------
-    optimizer_impl: OptimizerImpl = Field(description="fused (one kernel), foreach (multi-tensor with temporaries), "
+    optimizer_impl: Annotated[OptimizerImpl, Flag("--optimizer-impl", megatron=False,
+                                                  help="fused, foreach or loop")] = Field(
+        description="fused (one kernel), foreach (multi-tensor with temporaries), "
                                                       "loop (per-parameter kernels)")
-    main_params_dtype: MasterDtype = Field(description="master weights (param: no separate copy)")
-    exp_avg_dtype: StateDtype = Field(description="Adam first moment")
-    exp_avg_sq_dtype: StateDtype = Field(description="Adam second moment")
+    main_params_dtype: Annotated[MasterDtype, Flag(
+        "--main-params-dtype", help="master weights: fp32, bf16, fp16 or param (no copy)")] = Field(
+        description="master weights (param: no separate copy)")
+    exp_avg_dtype: Annotated[StateDtype, Flag("--exp-avg-dtype", help="Adam first moment dtype")] = Field(
+        description="Adam first moment")
+    exp_avg_sq_dtype: Annotated[StateDtype, Flag("--exp-avg-sq-dtype", help="Adam second moment dtype")] = Field(
+        description="Adam second moment")
     # ---- data parallelism ----------------------------------------------------------------------------------------
     dp_engine: DPEngine = Field(description="data-parallel engine (ZeRO stages below 3)")
     sharded_engine: DPEngine | None = Field(description="engine that shards parameters (ZeRO-3 / FSDP), if any")
@@ -110,7 +128,10 @@ class Framework(Spec, frozen=True):
     pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")
     interleaved_schedule: bool = Field(description="virtual pipeline stages (interleaved 1F1B) offered")
     # ---- host ----------------------------------------------------------------------------------------------------
-    cuda_graphs: bool = Field(description="CUDA graphs replay the step (no per-kernel launch from Python)")
+    cuda_graphs: Annotated[bool, Flag(
+        "--enable-cuda-graph", param="enable_cuda_graph",
+        help="CUDA graphs (host dispatch per kernel no longer on the critical path)")] = Field(
+        description="CUDA graphs replay the step (no per-kernel launch from Python)")
     torch_compile: bool = Field(description="torch.compile fuses elementwise chains")
     host_dispatch_s: float = Field(ge=0, description="CPU time to dispatch one kernel (s); a kernel shorter than "
                                                      "this leaves the GPU waiting")
@@ -197,7 +218,7 @@ class Framework(Spec, frozen=True):
         decay ``mul_`` and ``addcdiv_`` on the weights — and clipping reads the gradients and scales them.
         """
         p = self.param_bytes(precision)
-        g = 4.0 if grads_fp32 else p
+        g = grad_element_bytes(grads_fp32, p)
         m, v = DTYPE_BYTES[self.exp_avg_dtype], DTYPE_BYTES[self.exp_avg_sq_dtype]
         master = self.master_bytes(precision)
         w = master or p  # the weights the optimizer updates

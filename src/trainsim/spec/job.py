@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -11,6 +11,7 @@ from trainsim.errors import TrainsimError, warn
 from trainsim.parallel.axes import Axis, check_degrees, expert_dp
 from trainsim.schedule import default_schedule, get_schedule
 from trainsim.spec.base import Spec
+from trainsim.spec.flags import Flag
 from trainsim.spec.framework import DEFAULT_FRAMEWORK, Framework, load_framework
 from trainsim.spec.limits import MAX_GPUS
 from trainsim.spec.model import Model
@@ -34,12 +35,19 @@ class Job(Spec, frozen=True):
     Every inconsistency raises :class:`~trainsim.errors.TrainsimError` naming the field and the fix.
     """
 
-    model: Model
-    system: System
+    model: Annotated[Model, Flag("--model", "-m", megatron=False,
+                                 help="model preset, Hugging Face config.json, or model JSON")]
+    system: Annotated[System, Flag("--system", "-s", megatron=False, default="dgx-h100",
+                                   help="system preset or YAML file")]
     parallelism: Parallelism = Field(default_factory=Parallelism)
     training: Training
-    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
-    framework: Framework = Field(default_factory=lambda: load_framework(DEFAULT_FRAMEWORK))
+    num_gpus: Annotated[int | None, Flag("--num-gpus", "-n", dimension="num_gpus", megatron=False,
+                                         help="total GPUs (dp is derived from it)")] = Field(
+        default=None, gt=0, le=MAX_GPUS)
+    framework: Annotated[Framework, Flag(
+        "--framework", megatron=False, default=DEFAULT_FRAMEWORK,
+        help="software stack: NAME[@version] preset (megatron-core, nemo, torchtitan, fsdp, hf-transformers, ...) or "
+             "profile YAML")] = Field(default_factory=lambda: load_framework(DEFAULT_FRAMEWORK))
 
     @model_validator(mode="before")
     @classmethod

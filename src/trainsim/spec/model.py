@@ -7,12 +7,13 @@ Field names follow Megatron-LM's arguments (``--num-layers``, ``--hidden-size``,
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.flags import Flag, NoFlag
 from trainsim.spec.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 #: Prefix of the approximation note saying the training sequence length is a stated default (see
@@ -33,70 +34,116 @@ class Model(Spec, frozen=True):
     ``vocab_size`` is the size of the output projection per token and ``input_embedding`` says how tokens enter.
     """
 
-    name: str = "custom"
-    num_layers: int = Field(gt=0, le=MAX_LAYERS)
-    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
-    num_attention_heads: int = Field(gt=0, le=MAX_HEADS)
-    num_query_groups: int | None = Field(default=None, gt=0, le=MAX_HEADS)
-    kv_channels: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
-    ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
-    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
-    make_vocab_size_divisible_by: int = Field(default=128, gt=0)
-    seq_length: int = Field(default=2048, gt=0, le=MAX_SEQ_LENGTH,
-                            description="default/maximum training sequence length")
-    swiglu: bool = False
-    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
-    untie_embeddings_and_output_weights: bool = False
-    position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "learned_absolute"
-    add_bias_linear: bool = True
-    add_qkv_bias: bool = Field(default=False, description="biases on Q, K and V only (Qwen2)")
-    causal: bool = True
-    hidden_dropout: float = Field(default=0.1, ge=0, lt=1)
-    attention_dropout: float = Field(default=0.1, ge=0, lt=1)
-    input_embedding: Literal["vocab", "patch"] = "vocab"
-    qk_layernorm: bool = Field(default=False, description="RMSNorm on each query/key head (Qwen3, OLMo2)")
-    attention_sinks: bool = Field(default=False, description="a learned sink logit per head (GPT-OSS)")
+    name: Annotated[str, NoFlag("set by the preset or file (--model)")] = "custom"
+    num_layers: Annotated[int, Flag("--num-layers", help="transformer layers")] = Field(gt=0, le=MAX_LAYERS)
+    hidden_size: Annotated[int, Flag("--hidden-size", help="hidden size")] = Field(gt=0, le=MAX_WIDTH)
+    num_attention_heads: Annotated[int, Flag("--num-attention-heads", help="attention heads")] = Field(
+        gt=0, le=MAX_HEADS)
+    num_query_groups: Annotated[int | None, Flag("--num-query-groups", help="key/value heads (GQA)")] = Field(
+        default=None, gt=0, le=MAX_HEADS)
+    kv_channels: Annotated[int | None, Flag("--kv-channels", help="head dimension")] = Field(
+        default=None, gt=0, le=MAX_WIDTH)
+    ffn_hidden_size: Annotated[int | None, Flag("--ffn-hidden-size", help="FFN hidden size")] = Field(
+        default=None, gt=0, le=MAX_WIDTH)
+    vocab_size: Annotated[int, Flag("--vocab-size", help="vocabulary size")] = Field(gt=0, le=MAX_VOCAB)
+    make_vocab_size_divisible_by: Annotated[int, Flag(
+        "--make-vocab-size-divisible-by", help="pad the vocabulary to a multiple of this × tp (default 128)")] = Field(
+        default=128, gt=0)
+    seq_length: Annotated[int, Flag("--max-position-embeddings", param="max_position_embeddings",
+                                    help="model's maximum sequence length", unit="tokens")] = Field(
+        default=2048, gt=0, le=MAX_SEQ_LENGTH, description="default/maximum training sequence length")
+    swiglu: Annotated[bool, Flag("--swiglu", help="gated SwiGLU MLP")] = False
+    normalization: Annotated[Literal["LayerNorm", "RMSNorm"], Flag("--normalization", help="LayerNorm or RMSNorm")] = (
+        "LayerNorm")
+    untie_embeddings_and_output_weights: Annotated[bool, Flag(
+        "--untie-embeddings-and-output-weights", param="untie", help="separate LM head")] = False
+    position_embedding_type: Annotated[Literal["learned_absolute", "rope", "alibi", "none"], Flag(
+        "--position-embedding-type", help="learned_absolute, rope, alibi or none")] = "learned_absolute"
+    add_bias_linear: Annotated[bool, Flag("--disable-bias-linear", const=False,
+                                          help="no biases in the linear layers (Llama-style)")] = True
+    add_qkv_bias: Annotated[bool, Flag("--add-qkv-bias", help="biases on Q, K and V only (Qwen2)")] = Field(
+        default=False, description="biases on Q, K and V only (Qwen2)")
+    causal: Annotated[bool, Flag("--bidirectional", const=False, megatron=False,
+                                 help="bidirectional (non-causal) attention, as in encoders such as ViT")] = True
+    hidden_dropout: Annotated[float, Flag("--hidden-dropout", help="dropout after attention and MLP (default 0.1)",
+                                          unit="probability")] = Field(default=0.1, ge=0, lt=1)
+    attention_dropout: Annotated[float, Flag("--attention-dropout", help="dropout on attention scores (default 0.1)",
+                                             unit="probability")] = Field(default=0.1, ge=0, lt=1)
+    input_embedding: Annotated[Literal["vocab", "patch"], Flag(
+        "--input-embedding", megatron=False, help="how tokens enter: vocab (token embedding) or patch (ViT)")] = "vocab"
+    qk_layernorm: Annotated[bool, Flag("--qk-layernorm", help="RMSNorm on each query/key head (Qwen3, OLMo2)")] = Field(
+        default=False, description="RMSNorm on each query/key head (Qwen3, OLMo2)")
+    attention_sinks: Annotated[bool, Flag("--attention-sinks", megatron=False,
+                                          help="a learned sink logit per head (GPT-OSS)")] = Field(
+        default=False, description="a learned sink logit per head (GPT-OSS)")
     # Local attention on some layers: a sliding window (GPT-OSS, Mistral) or chunked attention (Llama 4). Megatron's
     # --window-size / --window-attn-skip-freq: every ``local_attention_skip_freq``-th layer (1-based) stays global.
-    local_attention: Literal["none", "sliding", "chunked"] = "none"
-    local_attention_size: int | None = Field(default=None, gt=0, le=MAX_SEQ_LENGTH,
-                                             description="window or chunk length (tokens)")
-    local_attention_skip_freq: int | None = Field(default=None, gt=0,
-                                                  description="every n-th layer is global; None: all layers local")
+    local_attention: Annotated[Literal["none", "sliding", "chunked"], Flag(
+        "--local-attention", megatron=False, help="local attention on some layers: none, sliding (window) or "
+                                                  "chunked")] = "none"
+    local_attention_size: Annotated[int | None, Flag("--local-attention-size", megatron=False,
+                                                     help="window or chunk length", unit="tokens")] = Field(
+        default=None, gt=0, le=MAX_SEQ_LENGTH, description="window or chunk length (tokens)")
+    local_attention_skip_freq: Annotated[int | None, Flag(
+        "--window-attn-skip-freq", help="every n-th layer is global (default: all layers local)")] = Field(
+        default=None, gt=0, description="every n-th layer is global; None: all layers local")
     # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2); Megatron's --multi-latent-attention and its sizes.
-    multi_latent_attention: bool = False
-    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH,
-                                    description="query compression rank (None: no q down-proj)")
-    kv_lora_rank: int = Field(default=512, gt=0, le=MAX_WIDTH)
-    qk_head_dim: int = Field(default=128, gt=0, description="MLA: per-head query/key dim without RoPE")
-    qk_pos_emb_head_dim: int = Field(default=64, gt=0, description="MLA: decoupled RoPE dim per head")
-    v_head_dim: int = Field(default=128, gt=0, description="MLA: per-head value dim")
+    multi_latent_attention: Annotated[bool, Flag("--multi-latent-attention",
+                                                 help="multi-head latent attention (MLA)")] = False
+    q_lora_rank: Annotated[int | None, Flag("--q-lora-rank", help="MLA query compression rank")] = Field(
+        default=None, gt=0, le=MAX_WIDTH, description="query compression rank (None: no q down-proj)")
+    kv_lora_rank: Annotated[int, Flag("--kv-lora-rank", help="MLA key/value compression rank")] = Field(
+        default=512, gt=0, le=MAX_WIDTH)
+    qk_head_dim: Annotated[int, Flag("--qk-head-dim", help="MLA: per-head query/key dim without RoPE")] = Field(
+        default=128, gt=0, description="MLA: per-head query/key dim without RoPE")
+    qk_pos_emb_head_dim: Annotated[int, Flag("--qk-pos-emb-head-dim", help="MLA: decoupled RoPE dim per head")] = Field(
+        default=64, gt=0, description="MLA: decoupled RoPE dim per head")
+    v_head_dim: Annotated[int, Flag("--v-head-dim", help="MLA: per-head value dim")] = Field(
+        default=128, gt=0, description="MLA: per-head value dim")
     # Mixture of experts (num_experts None or 0: dense).
-    num_experts: int | None = Field(default=None, ge=0, le=MAX_EXPERTS)
-    moe_router_topk: int = Field(default=2, gt=0, le=MAX_EXPERTS)
-    moe_ffn_hidden_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
-    moe_shared_expert_intermediate_size: int | None = Field(default=None, ge=0, le=MAX_WIDTH)
-    moe_layer_freq: int = Field(default=1, gt=0, le=MAX_LAYERS, description="every k-th layer is an MoE layer")
-    moe_layer_offset: int = Field(default=0, ge=0,
-                                  description="MoE layers are those with index % moe_layer_freq == offset")
-    moe_first_k_dense: int = Field(default=0, ge=0, le=MAX_LAYERS,
-                                   description="the first k layers are dense (DeepSeek)")
-    moe_shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen2-MoE)")
-    moe_router_bias: bool = Field(default=False, description="the router linear has a bias (GPT-OSS)")
-    moe_expert_capacity_factor: float | None = Field(
+    num_experts: Annotated[int | None, Flag("--num-experts", help="MoE experts")] = Field(
+        default=None, ge=0, le=MAX_EXPERTS)
+    moe_router_topk: Annotated[int, Flag("--moe-router-topk", help="experts per token")] = Field(
+        default=2, gt=0, le=MAX_EXPERTS)
+    moe_ffn_hidden_size: Annotated[int | None, Flag("--moe-ffn-hidden-size", help="expert FFN size")] = Field(
+        default=None, gt=0, le=MAX_WIDTH)
+    moe_shared_expert_intermediate_size: Annotated[int | None, Flag(
+        "--moe-shared-expert-intermediate-size", help="FFN size of the shared expert(s)")] = Field(
+        default=None, ge=0, le=MAX_WIDTH)
+    moe_layer_freq: Annotated[int, Flag("--moe-layer-freq", help="every n-th layer is MoE")] = Field(
+        default=1, gt=0, le=MAX_LAYERS, description="every k-th layer is an MoE layer")
+    moe_layer_offset: Annotated[int, Flag("--moe-layer-offset", megatron=False,
+                                          help="MoE layers are those with index % freq == offset")] = Field(
+        default=0, ge=0, description="MoE layers are those with index % moe_layer_freq == offset")
+    moe_first_k_dense: Annotated[int, Flag("--moe-first-k-dense", megatron=False,
+                                           help="the first k layers are dense (DeepSeek's first_k_dense_replace)")] = (
+        Field(default=0, ge=0, le=MAX_LAYERS, description="the first k layers are dense (DeepSeek)"))
+    moe_shared_expert_gate: Annotated[bool, Flag("--moe-shared-expert-gate", megatron=False,
+                                                 help="sigmoid gate on the shared expert (Qwen2-MoE)")] = Field(
+        default=False, description="sigmoid gate on the shared expert (Qwen2-MoE)")
+    moe_router_bias: Annotated[bool, Flag("--moe-router-bias", megatron=False,
+                                          help="the router linear has a bias (GPT-OSS)")] = Field(
+        default=False, description="the router linear has a bias (GPT-OSS)")
+    moe_expert_capacity_factor: Annotated[float | None, Flag(
+        "--moe-expert-capacity-factor", help="expert capacity (token dropping); default dropless")] = Field(
         default=None, gt=0, description="token capacity per expert as a multiple of the balanced load; None: dropless"
     )
-    moe_load_imbalance: float = Field(
+    moe_load_imbalance: Annotated[float, Flag(
+        "--moe-load-imbalance", megatron=False,
+        help="tokens of the busiest expert-parallel rank / the mean (default 1: balanced)")] = Field(
         default=1.0, ge=1.0, description="tokens of the busiest expert-parallel rank / the mean (1: balanced)"
     )
-    moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "aux_loss"
-    moe_router_enable_expert_bias: bool = Field(default=False,
-                                                description="auxiliary-loss-free balancing with a per-expert bias")
-    mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS,
-                                description="multi-token prediction depth (DeepSeek-V3 MTP)")
-    source: str | None = None
-    approximations: tuple[str, ...] = Field(
-        default=(), description="features of the source architecture modelled approximately (printed with predictions)")
+    moe_router_load_balancing_type: Annotated[Literal["aux_loss", "seq_aux_loss", "none"], Flag(
+        "--moe-router-load-balancing-type", help="load-balancing loss")] = "aux_loss"
+    moe_router_enable_expert_bias: Annotated[bool, Flag(
+        "--moe-router-enable-expert-bias", help="auxiliary-loss-free load balancing (expert bias)")] = Field(
+        default=False, description="auxiliary-loss-free balancing with a per-expert bias")
+    mtp_num_layers: Annotated[int, Flag("--mtp-num-layers", help="multi-token prediction depth")] = Field(
+        default=0, ge=0, le=MAX_LAYERS, description="multi-token prediction depth (DeepSeek-V3 MTP)")
+    source: Annotated[str | None, NoFlag("descriptive: where the architecture comes from")] = None
+    approximations: Annotated[tuple[str, ...], NoFlag("written by the model loaders, printed with predictions")] = (
+        Field(default=(), description="features of the source architecture modelled approximately (printed with "
+                                      "predictions)"))
 
     @model_validator(mode="after")
     def _check(self) -> Model:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.parallel.axes import DEFAULT_RANK_ORDER, ORDER_AXES, normalize_rank_order
-from trainsim.schedule import SCHEDULE_NAMES
+from trainsim.schedule import SCHEDULE_NAMES, schedule_help
 from trainsim.spec.base import Spec
+from trainsim.spec.flags import Flag
 from trainsim.spec.limits import MAX_GPUS, MAX_LAYERS
 
 if TYPE_CHECKING:
@@ -38,36 +39,66 @@ class Parallelism(Spec, frozen=True):
     (``--pipeline-model-parallel-layout``): see :mod:`trainsim.spec.pipeline_split`.
     """
 
-    tp: int = Field(default=1, gt=0, le=MAX_GPUS)
-    pp: int = Field(default=1, gt=0, le=MAX_GPUS)
-    vpp: int = Field(default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
-    cp: int = Field(default=1, gt=0, le=MAX_GPUS)
-    ep: int = Field(default=1, gt=0, le=MAX_GPUS)
-    dp: int | None = Field(default=None, gt=0, le=MAX_GPUS)
-    sequence_parallel: bool = False
-    schedule: Schedule | None = Field(default=None, description="None: interleaved when vpp > 1, else 1f1b")
-    rank_order: str = DEFAULT_RANK_ORDER
-    first_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
-    last_stage_layers: int | None = Field(default=None, ge=0, le=MAX_LAYERS)
-    account_for_embedding_in_pipeline_split: bool = False
-    account_for_loss_in_pipeline_split: bool = False
-    pipeline_layout: str | None = Field(
-        default=None,
-        description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29m|L': virtual stages separated by "
-                    "'|' in virtual-stage order, t a transformer layer, E the embedding, m the MTP layers, L the loss",
-    )
-    etp: int | None = Field(default=None, gt=0, le=MAX_GPUS,
-                            description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); "
-                                        "None: equal to tp")
-    tensor_parallel_mode: TensorParallelMode = Field(
+    tp: Annotated[int, Flag("--tensor-model-parallel-size", "--tp", dimension="tp",
+                            help="tensor parallel size")] = Field(default=1, gt=0, le=MAX_GPUS)
+    pp: Annotated[int, Flag("--pipeline-model-parallel-size", "--pp", dimension="pp",
+                            help="pipeline parallel size")] = Field(default=1, gt=0, le=MAX_GPUS)
+    vpp: Annotated[int, Flag("--num-virtual-stages-per-pipeline-rank", "--vpp", dimension="vpp",
+                             help="virtual stages per pipeline rank (interleaving)")] = Field(
+        default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
+    cp: Annotated[int, Flag("--context-parallel-size", "--cp", dimension="cp", help="context parallel size")] = Field(
+        default=1, gt=0, le=MAX_GPUS)
+    ep: Annotated[int, Flag("--expert-model-parallel-size", "--ep", dimension="ep",
+                            help="expert parallel size")] = Field(default=1, gt=0, le=MAX_GPUS)
+    dp: Annotated[int | None, Flag("--data-parallel-size", "--dp", dimension="dp", megatron=False,
+                                   help="data parallel size (checked)")] = Field(default=None, gt=0, le=MAX_GPUS)
+    sequence_parallel: Annotated[bool, Flag("--sequence-parallel", dimension="sequence_parallel",
+                                            help="sequence parallelism")] = False
+    schedule: Annotated[Schedule | None, Flag("--schedule", dimension="schedule", megatron=False,
+                                              help=schedule_help)] = Field(
+        default=None, description="None: interleaved when vpp > 1, else 1f1b")
+    rank_order: Annotated[str, Flag("--rank-order", dimension="rank_order",
+                                    help="e.g. tp-cp-ep-dp-pp")] = DEFAULT_RANK_ORDER
+    first_stage_layers: Annotated[int | None, Flag("--decoder-first-pipeline-num-layers",
+                                                   help="layers on the first stage")] = Field(
+        default=None, ge=0, le=MAX_LAYERS)
+    last_stage_layers: Annotated[int | None, Flag("--decoder-last-pipeline-num-layers",
+                                                  help="layers on the last stage")] = Field(
+        default=None, ge=0, le=MAX_LAYERS)
+    account_for_embedding_in_pipeline_split: Annotated[bool, Flag(
+        "--account-for-embedding-in-pipeline-split", help="count the embedding as a layer of the first stage")] = False
+    account_for_loss_in_pipeline_split: Annotated[bool, Flag(
+        "--account-for-loss-in-pipeline-split", help="count the loss as a layer of the last stage")] = False
+    pipeline_layout: Annotated[str | None, Flag(
+        "--pipeline-model-parallel-layout", help="layers per virtual stage, e.g. 'Et|(tt|)*30L' (Megatron syntax)")] = (
+        Field(default=None,
+              description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29m|L': virtual stages "
+                          "separated by '|' in virtual-stage order, t a transformer layer, E the embedding, m the MTP "
+                          "layers, L the loss"))
+    etp: Annotated[int | None, Flag("--expert-tensor-parallel-size", "--etp", dimension="etp",
+                                    help="tensor parallel size of the expert layers (default: tp)")] = Field(
+        default=None, gt=0, le=MAX_GPUS,
+        description="expert tensor-parallel size (Megatron's --expert-tensor-parallel-size); None: equal to tp")
+    tensor_parallel_mode: Annotated[TensorParallelMode, Flag(
+        "--tensor-parallel-mode", dimension="tensor_parallel_mode", megatron=False,
+        help="linear-layer sharding: 1d (Megatron, default) or summa (2D grid of --tp-rows × tp/rows GPUs)")] = Field(
         default="1d", description="linear-layer sharding: 1d (Megatron's column/row-parallel pairs) or summa (2D "
                                   "tp_rows × tp/tp_rows grid, SUMMA broadcasts pipelined against the GEMM blocks)")
-    tp_rows: int | None = Field(default=None, gt=0, le=MAX_GPUS,
-                                description="summa: rows R of the tensor-parallel grid (columns tp/R); None: the "
-                                            "largest divisor of tp not above √tp")
-    summa_blocks: int = Field(default=4, gt=0, le=256,
-                              description="summa: panels (blocks) each GEMM's inner dimension is broadcast in")
-    tp_inner: Literal["row", "col"] = Field(
+    tp_rows: Annotated[int | None, Flag(
+        "--tp-rows", dimension="tp_rows", megatron=False,
+        help="summa: rows of the tensor-parallel grid (columns = tp/rows; default: the largest divisor "
+             "≤ √tp)")] = Field(
+        default=None, gt=0, le=MAX_GPUS,
+        description="summa: rows R of the tensor-parallel grid (columns tp/R); None: the largest divisor of tp not "
+                    "above √tp")
+    summa_blocks: Annotated[int, Flag(
+        "--summa-blocks", dimension="summa_blocks", megatron=False,
+        help="summa: panels each GEMM is broadcast in, pipelined against the GEMM blocks (default 4)")] = Field(
+        default=4, gt=0, le=256, description="summa: panels (blocks) each GEMM's inner dimension is broadcast in")
+    tp_inner: Annotated[Literal["row", "col"], Flag(
+        "--tp-inner", dimension="tp_inner", megatron=False,
+        help="summa: grid group on adjacent ranks (inside the NVLink domain first): row (activation broadcasts, "
+             "default) or col (weight broadcasts)")] = Field(
         default="row", description="summa: which grid group takes adjacent ranks (inside an NVLink domain first): "
                                    "row (the tp/R GPUs of a grid row, broadcasting activation panels) or col (the R "
                                    "GPUs of a grid column, broadcasting weight panels)")

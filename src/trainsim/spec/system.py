@@ -6,12 +6,13 @@ Preset files use readable units (TFLOP/s, GB/s, Gb/s, µs); :func:`system_from_d
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
+from trainsim.spec.flags import Flag
 from trainsim.spec.limits import MAX_NODE_GPUS, MAX_PRICE
 
 PeakDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -54,7 +55,9 @@ class GPU(Spec, frozen=True):
 class Node(Spec, frozen=True):
     """GPUs joined by NVLink/NVSwitch: a server, or a rack-scale NVLink domain such as NVL72."""
 
-    gpus_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
+    gpus_per_node: Annotated[int, Flag("--gpus-per-node", megatron=False,
+                                       help="GPUs per node / NVLink domain (e.g. 4, 8, 72)")] = Field(
+        gt=0, le=MAX_NODE_GPUS)
     nvlink_bandwidth: float = Field(gt=0, description="bytes/s per GPU per direction")
     nvlink_latency: float = Field(
         default=3.4e-6, ge=0, description="s, one NCCL ring step over NVLink with the Simple protocol (NCCL's 3.4 µs)"
@@ -67,8 +70,11 @@ class Node(Spec, frozen=True):
 class Network(Spec, frozen=True):
     """Scale-out network between nodes."""
 
-    nics_per_node: int = Field(gt=0, le=MAX_NODE_GPUS)
-    nic_bandwidth: float = Field(gt=0, description="bytes/s per NIC per direction")
+    nics_per_node: Annotated[int, Flag("--nics-per-node", megatron=False, help="scale-out NICs per node")] = Field(
+        gt=0, le=MAX_NODE_GPUS)
+    nic_bandwidth: Annotated[float, Flag("--nic-bandwidth-gbps", param="nic_bandwidth_gbps", scale=1e9 / 8,
+                                         megatron=False, help="bandwidth per NIC per direction", unit="Gb/s")] = Field(
+        gt=0, description="bytes/s per NIC per direction")
     latency: float = Field(
         default=14e-6, ge=0, description="s, one NCCL ring step across nodes with the Simple protocol (NCCL's 14 µs)"
     )
@@ -85,7 +91,8 @@ class System(Spec, frozen=True):
     gpu: GPU
     node: Node
     network: Network
-    price_per_gpu_hour: float = Field(default=2.0, ge=0, le=MAX_PRICE, description="USD")
+    price_per_gpu_hour: Annotated[float, Flag("--price-per-gpu-hour", megatron=False, help="price per GPU-hour",
+                                              unit="USD")] = Field(default=2.0, ge=0, le=MAX_PRICE, description="USD")
     source: str | None = None
 
     @property

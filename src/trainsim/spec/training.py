@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from trainsim.spec.base import Spec
+from trainsim.spec.flags import Flag
 from trainsim.spec.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_TRAIN_TOKENS
 
 Recompute = Literal["none", "selective", "full"]
@@ -17,6 +18,13 @@ def element_bytes(precision: str) -> float:
     """Bytes of one parameter or activation element as trained: 4 in fp32, else 2 (FP8 jobs keep 16-bit
     activations and parameters). The one place this is written."""
     return 4.0 if precision == "fp32" else 2.0
+
+
+def grad_element_bytes(grads_fp32: bool, param_bytes: float) -> float:
+    """Bytes of one gradient element: 4 when gradients are accumulated and reduced in fp32
+    (:attr:`Training.grads_in_fp32`), else ``param_bytes`` (the parameter's own element size). The one place this
+    is written."""
+    return 4.0 if grads_fp32 else param_bytes
 
 
 class Training(Spec, frozen=True):
@@ -32,41 +40,74 @@ class Training(Spec, frozen=True):
     softmax chain); given explicitly it overrides the profile's attention backend.
     """
 
-    micro_batch_size: int = Field(default=1, gt=0, le=MAX_BATCH)
-    global_batch_size: int = Field(gt=0, le=MAX_BATCH)
-    seq_length: int | None = Field(default=None, gt=0, le=MAX_SEQ_LENGTH, description="None: the model's seq_length")
-    recompute_granularity: Recompute = "none"
-    recompute_num_layers: int | None = Field(
+    micro_batch_size: Annotated[int, Flag("--micro-batch-size", "--mbs", dimension="micro_batch_size",
+                                          help="micro-batch size (default 1)", unit="sequences")] = Field(
+        default=1, gt=0, le=MAX_BATCH)
+    global_batch_size: Annotated[int, Flag("--global-batch-size", "--gbs", help="global batch size",
+                                           unit="sequences")] = Field(gt=0, le=MAX_BATCH)
+    seq_length: Annotated[int | None, Flag("--seq-length", help="training sequence length", unit="tokens")] = Field(
+        default=None, gt=0, le=MAX_SEQ_LENGTH, description="None: the model's seq_length")
+    recompute_granularity: Annotated[Recompute, Flag("--recompute-granularity", dimension="recompute",
+                                                     help="none, selective or full")] = "none"
+    recompute_num_layers: Annotated[int | None, Flag("--recompute-num-layers",
+                                                     help="layers per stage recomputed (full)")] = Field(
         default=None, gt=0, le=MAX_LAYERS, description="with full recompute: layers per stage recomputed (None: all)"
     )
-    zero_stage: int | None = Field(default=None, ge=0, le=3, description="None: the framework's default")
-    overlap_grad_reduce: bool | None = None
-    overlap_param_gather: bool | None = None
-    tp_comm_overlap: bool | None = None
-    overlap_p2p_comm: bool = Field(
+    zero_stage: Annotated[int | None,
+                          Flag("--use-distributed-optimizer", const=1, help="distributed optimizer (ZeRO-1)"),
+                          Flag("--zero-stage", dimension="zero_stage", megatron=False, help="ZeRO stage 0-3")] = Field(
+        default=None, ge=0, le=3, description="None: the framework's default")
+    overlap_grad_reduce: Annotated[bool | None, Flag(
+        "--overlap-grad-reduce", help="overlap DP gradient reduction with backward")] = None
+    overlap_param_gather: Annotated[bool | None, Flag(
+        "--overlap-param-gather", help="overlap parameter all-gather with forward")] = None
+    tp_comm_overlap: Annotated[bool | None, Flag("--tp-comm-overlap",
+                                                 help="overlap TP communication with GEMMs")] = None
+    overlap_p2p_comm: Annotated[bool, Flag(
+        "--no-overlap-p2p-communication", const=False, param="no_overlap_p2p_comm",
+        help="interleaved schedule: block on pipeline send/recv")] = Field(
         default=True, description="interleaved schedule: overlap pipeline send/recv with compute (Megatron default)"
     )
-    precision: Precision = "bf16"
-    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None = Field(
+    precision: Annotated[Precision,
+                         Flag("--fp16", const="fp16", help="fp16 mixed precision"),
+                         Flag("--bf16", const="bf16", help="bf16 mixed precision (default)"),
+                         Flag("--fp8", const="fp8", help="FP8 GEMMs (Transformer Engine)"),
+                         Flag("--fp32", const="fp32", megatron=False, help="fp32 training (TF32 GEMMs)")] = "bf16"
+    fp8_recipe: Annotated[Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None, Flag(
+        "--fp8-recipe", help="FP8 scaling: delayed, tensorwise, blockwise or mxfp8 (implies --fp8)")] = Field(
         default=None, description="FP8 scaling recipe (None: delayed when precision is fp8)"
     )
-    recompute_modules: tuple[Literal["mla_up_proj", "moe_act"], ...] = Field(
+    recompute_modules: Annotated[tuple[Literal["mla_up_proj", "moe_act"], ...], Flag(
+        "--recompute-modules", help="modules recomputed in backward: mla_up_proj, moe_act (comma-separated)")] = Field(
         default=(), description="Megatron's --recompute-modules subset modelled: MLA up-projections, expert activations"
     )
-    moe_shared_expert_overlap: bool = Field(default=False,
-                                            description="run the shared expert while tokens are dispatched")
-    moe_a2a_overlap: bool = Field(
+    moe_shared_expert_overlap: Annotated[bool, Flag(
+        "--moe-shared-expert-overlap", help="run the shared expert while tokens are dispatched")] = Field(
+        default=False, description="run the shared expert while tokens are dispatched")
+    moe_a2a_overlap: Annotated[bool, Flag(
+        "--overlap-moe-expert-parallel-comm", param="moe_a2a_overlap",
+        help="hide the expert all-to-all behind another micro-batch's compute (merged 1F1B / DualPipe)")] = Field(
         default=False,
         description="Megatron's --overlap-moe-expert-parallel-comm / DualPipe: a micro-batch's dispatch and combine "
                     "hide behind another micro-batch's compute",
     )
-    attention: Literal["flash", "unfused", "eager"] | None = None
-    grad_reduce_in_fp32: bool | None = Field(
+    attention: Annotated[Literal["flash", "unfused", "eager"] | None, Flag(
+        "--attention", megatron=False,
+        help="core attention path: flash, unfused (fused softmax on s² scores) or eager (fp32 softmax chain)")] = None
+    grad_reduce_in_fp32: Annotated[bool | None,
+                                   Flag("--grad-reduce-in-bf16", const=False,
+                                        help="reduce gradients in 16-bit instead of fp32"),
+                                   Flag("--accumulate-allreduce-grads-in-fp32", const=True,
+                                        help="accumulate and reduce gradients in fp32")] = Field(
         default=None,
         description="gradient buffer and its reduction in fp32 (None: Megatron's default, fp32 unless fp16 training)",
     )
-    ddp_bucket_size: int | None = Field(default=None, gt=0, description="parameters per DP bucket (Megatron default)")
-    train_tokens: float | None = Field(default=None, gt=0, le=MAX_TRAIN_TOKENS)
+    ddp_bucket_size: Annotated[int | None, Flag(
+        "--ddp-bucket-size", help="parameters per data-parallel gradient bucket (default: the framework's)",
+        unit="parameters")] = Field(default=None, gt=0, description="parameters per DP bucket (Megatron default)")
+    train_tokens: Annotated[float | None, Flag("--train-tokens", megatron=False,
+                                               help="tokens to train on (e.g. 300e9)")] = Field(
+        default=None, gt=0, le=MAX_TRAIN_TOKENS)
 
     @property
     def grads_in_fp32(self) -> bool:

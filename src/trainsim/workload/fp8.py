@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trainsim.spec.training import element_bytes
+
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
 
@@ -49,3 +51,11 @@ RECIPES: dict[str, RecipeCost] = {
 def recipe_cost(recipe: str | None) -> RecipeCost:
     """Costs of ``recipe`` (``None``: Megatron's default, delayed scaling)."""
     return RECIPES[recipe or "delayed"]
+
+
+def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
+    """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies; else the
+    training element size)."""
+    if precision == "fp8":
+        return recipe_cost(fp8_recipe).saved_input_bytes
+    return element_bytes(precision)

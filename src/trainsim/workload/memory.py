@@ -39,11 +39,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from trainsim.spec.training import element_bytes
+from trainsim.spec.training import element_bytes, grad_element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
-from trainsim.workload.fusion import Fusion, fusion_of
-from trainsim.workload.layers import expert_rows
+from trainsim.workload.layers import Shard, expert_rows, shard_of
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -112,7 +111,7 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int,
         grads_fp32 = precision != "fp16"
     if framework is not None:
         w = framework.param_bytes(precision)
-        g = 4.0 if grads_fp32 else w
+        g = grad_element_bytes(grads_fp32, w)
         o = framework.master_bytes(precision) + framework.state_bytes()
     elif precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0
@@ -144,34 +143,26 @@ def main_grad_copy_bytes(framework: Framework, precision: str, grads_fp32: bool 
     return 4.0 if framework.master_bytes(precision) == 4.0 and not grads_fp32 else 0.0
 
 
-def saved_input_bytes(precision: str, fp8_recipe: str | None = None) -> float:
-    """Bytes per element of a linear-layer input saved for the backward pass (FP8: the recipe's copies)."""
-    if precision == "fp8":
-        return recipe_cost(fp8_recipe).saved_input_bytes
-    return element_bytes(precision)
+def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> float:
+    """Activation bytes one layer keeps for one micro-batch until its backward pass, on one GPU of ``shard``.
 
-
-def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp: int, sequence_parallel: bool,
-                           recompute: str, attention: str, act_bytes: float = 2.0, moe: bool = False,
-                           gemm_input_bytes: float | None = None, etp: int | None = None,
-                           recompute_modules: tuple[str, ...] = (), fusion: Fusion | None = None) -> float:
-    """Activation bytes one layer keeps for one micro-batch until its backward pass.
-
-    ``gemm_input_bytes`` is the size of a saved linear-layer input element (:func:`saved_input_bytes`). MLA keeps
-    its latents and the up-projected Q/K/V (the latter recomputed instead with ``mla_up_proj`` in
-    ``recompute_modules``); an MoE layer keeps the router probabilities, the permuted expert inputs of the busiest
-    rank (``etp`` is the expert tensor-parallel size), the expert FC1 output and FC2 input (``moe_act`` recomputes the
-    activation instead of keeping the FC2 input), the expert outputs for the routing-weight gradient, and the
-    shared expert's tensors. ``attention`` is the attention path (``flash``, ``unfused``, ``eager``); ``fusion``
-    the stack's elementwise fusions (eager RMSNorm keeps its fp32 input and normalised output, eager SwiGLU its
-    SiLU output; dropout masks only where the stack runs dropout).
+    The shard gives the micro-batch, the sequence and its split (tp, cp, sequence parallelism, expert tensor
+    parallelism ``etp``), the element sizes (activations; a saved linear-layer input element is
+    :attr:`~trainsim.workload.layers.Shard.saved_input_bytes`), the recompute mode and modules, the attention path
+    (``flash``, ``unfused``, ``eager``) and the stack's elementwise fusions. MLA keeps its latents and the
+    up-projected Q/K/V (the latter recomputed instead with ``mla_up_proj`` in ``recompute_modules``); an MoE layer
+    keeps the router probabilities, the permuted expert inputs of the busiest rank, the expert FC1 output and FC2
+    input (``moe_act`` recomputes the activation instead of keeping the FC2 input), the expert outputs for the
+    routing-weight gradient, and the shared expert's tensors. Eager RMSNorm keeps its fp32 input and normalised
+    output, eager SwiGLU its SiLU output; dropout masks only where the stack runs dropout.
     """
-    fusion = fusion or Fusion()
-    s = seq // cp
-    b, h, d = micro_batch, model.hidden_size, model.head_dim
-    e = act_bytes
-    q = e if gemm_input_bytes is None else gemm_input_bytes
-    sp = sequence_parallel and tp > 1
+    fusion, tp, recompute, attention = shard.fusion, shard.tp, shard.recompute, shard.attention
+    recompute_modules, etp = shard.recompute_modules, shard.etp
+    s = shard.seq // shard.cp
+    b, h, d = shard.micro_batch, model.hidden_size, model.head_dim
+    e = shard.act_bytes
+    q = shard.saved_input_bytes
+    sp = shard.sequence_parallel and tp > 1
     rep = tp if sp else 1  # divisor of tensors replicated across TP ranks unless sequence parallel
     sbh = s * b * h
     if recompute == "full":
@@ -229,6 +220,22 @@ def layer_activation_bytes(model: Model, micro_batch: int, seq: int, tp: int, cp
     return total
 
 
+def embedding_dropout_bytes(model: Model, shard: Shard) -> float:
+    """The embedding dropout mask of one micro-batch on the first stage (0 where the stack runs no dropout)."""
+    if not (model.hidden_dropout > 0 and shard.fusion.dropout):
+        return 0.0
+    tokens = shard.micro_batch * shard.seq / shard.cp
+    return tokens * model.hidden_size / (shard.tp if shard.sequence_parallel else 1)
+
+
+def logits_bytes(model: Model, shard: Shard) -> float:
+    """The logits of one micro-batch and their loss chain (:func:`~trainsim.workload.fusion.logits_memory_bytes`)
+    on one GPU of the last stage, until the micro-batch's backward pass."""
+    tokens = shard.micro_batch * shard.seq / shard.cp
+    vocab = model.padded_vocab_size(shard.tp) / shard.tp
+    return tokens * vocab * fz.logits_memory_bytes(shard.fusion, shard.act_bytes)
+
+
 def in_flight_microbatches(schedule: str, stage: int, pp: int, num_microbatches: int, vpp: int = 1) -> float:
     """Micro-batches (in units of a whole stage's layers) whose activations a stage holds at its peak (owned by the
     schedule: :meth:`~trainsim.schedule.pipeline.PipelineSchedule.in_flight`)."""
@@ -282,18 +289,17 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     return params, expert
 
 
-def stage_memory(job: Job, stage: int) -> StageMemory:
-    """Peak memory of one GPU of ``stage``."""
+def stage_memory(job: Job, stage: int, shard: Shard | None = None) -> StageMemory:
+    """Peak memory of one GPU of ``stage`` (``shard``: the job's :func:`~trainsim.workload.layers.shard_of`, given
+    when the caller already has it)."""
     model, par, tr = job.model, job.parallelism, job.training
     tp, pp, cp = par.tp, par.pp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
     e = element_bytes(tr.precision)
-    sp = job.sequence_parallel
     dense, expert = stage_parameter_split(job, stage)
     sh = sharding_of(job)
     fw = job.framework
-    fusion = fusion_of(job)
-    path = job.attention_path
+    shard = shard or shard_of(job)  # one micro-batch on one GPU of this job: sizes, split, element bytes, recompute
     w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
     we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
@@ -303,35 +309,29 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
         weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
 
-    q = saved_input_bytes(tr.precision, tr.fp8_recipe)
-    etp, mods = par.expert_tp, tuple(tr.recompute_modules)
+    q = shard.saved_input_bytes
     per_mb = 0.0
     full_layer = 0.0
     for (is_moe, mode), count in stage_layer_counts(job, stage).items():
-        per_mb += count * layer_activation_bytes(model, b, seq, tp, cp, sp, mode, path, e, is_moe, q, etp,
-                                                 mods, fusion)
+        per_mb += count * layer_activation_bytes(model, shard.with_recompute(mode), is_moe)
         if mode == "full":  # the layer being recomputed holds its whole working set during its backward
-            full_layer = max(full_layer, layer_activation_bytes(model, b, seq, tp, cp, sp, "none", path, e,
-                                                                is_moe, q, etp, mods, fusion))
+            full_layer = max(full_layer, layer_activation_bytes(model, shard.with_recompute("none"), is_moe))
     tokens = b * seq / cp
-    if stage == 0 and model.hidden_dropout > 0 and fusion.dropout:
-        per_mb += tokens * model.hidden_size / (tp if sp else 1)  # embedding dropout mask
+    if stage == 0:
+        per_mb += embedding_dropout_bytes(model, shard)
     if stage == job.head_stage and model.mtp_num_layers:  # MTP: its layer, the 2h-wide projection input, norms
-        mtp = layer_activation_bytes(model, b, seq, tp, cp, sp, tr.recompute_granularity, path, e,
-                                     model.is_moe, q, etp, mods, fusion)
+        mtp = layer_activation_bytes(model, shard, model.is_moe)
         per_mb += model.mtp_num_layers * (mtp + (2 * q + 4 * e) * tokens * model.hidden_size)
     schedule = job.pipeline
     inflight = schedule.in_flight(stage, pp, job.num_microbatches, par.vpp)
     activations = per_mb * inflight + full_layer
     if par.summa:  # the gathered keys/values and panel buffers of the layer in flight
-        from trainsim.workload.layers import shard_of
         from trainsim.workload.summa import workspace_bytes
 
-        activations += workspace_bytes(model, shard_of(job))
+        activations += workspace_bytes(model, shard)
     head = job.head_stage
     if stage == head:  # logits and the loss chain (fz.logits_memory_bytes) until each micro-batch's backward
-        vocab = model.padded_vocab_size(tp) / tp
-        activations += (tokens * vocab * fz.logits_memory_bytes(fusion, e) * schedule.logits_held(job.num_microbatches)
+        activations += (logits_bytes(model, shard) * schedule.logits_held(job.num_microbatches)
                         * (1 + model.mtp_num_layers))  # each MTP depth has its own logits
     groups = sum(1 for size in (tp, cp, par.ep, job.dp, pp) if size > 1)
     if head != 0 and stage in (0, head) and not model.untie_embeddings_and_output_weights:
@@ -373,4 +373,5 @@ def device_peak(stages: Sequence[StageMemory], capacity_bytes: float) -> tuple[f
 
 def memory_per_stage(job: Job) -> list[StageMemory]:
     """Peak memory of every pipeline stage."""
-    return [stage_memory(job, s) for s in range(job.parallelism.pp)]
+    shard = shard_of(job)
+    return [stage_memory(job, s, shard) for s in range(job.parallelism.pp)]
