@@ -29,6 +29,11 @@ def utilization(flops: float, iteration_time_s: float, num_gpus: int, peak_flops
     return flops / (iteration_time_s * num_gpus * peak_flops_per_gpu)
 
 
+def gpu_hours(seconds: float, num_gpus: float) -> float:
+    """GPU-hours of ``num_gpus`` GPUs busy for ``seconds``."""
+    return seconds / SECONDS_PER_HOUR * num_gpus
+
+
 def cost_per_iteration(iteration_time_s: float, num_gpus: int, price_per_gpu_hour: float) -> float:
     """Dollars per iteration."""
     return iteration_time_s / SECONDS_PER_HOUR * num_gpus * price_per_gpu_hour

@@ -12,7 +12,7 @@ from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.training import Training
 from trainsim.workload.layers import layer_work, shard_of
 from trainsim.workload.memory import stage_parameters
-from trainsim.workload.ops import CommOp, ComputeOp, elementwise
+from trainsim.workload.ops import CommOp, ComputeOp, Group, Overlap, elementwise
 
 
 def job(model="gpt3-7.5b", system="dgx-a100", n=64, **kw):
@@ -62,16 +62,16 @@ def test_fluid_overlap_of_a_hidden_collective():
             return 4.0
 
     ops = [elementwise("x", "fwd", 1.0)]
-    hidden = CommOp("c", "all_gather", "tp", "fwd", 1.0, "x", True)
+    hidden = CommOp("c", "all_gather", Group.TP, "fwd", 1.0, Overlap.COMPUTE, ops[0])
     j = job(tp=8, pp=1, n=64)
     b = simulate_ops(ops, [hidden], Model(), placements_of(j), False)
     # the op runs 1.1x slower while the collective is active: 4/1.1 of its work in 4 s, the rest at full speed
     assert b.duration == pytest.approx(10 + 4 * (1 - 1 / 1.1))
     assert b.exposed == {} and b.comm == {"tp": 4.0} and b.slowdown == pytest.approx(4 * 0.1 / 1.1)
-    exposed = CommOp("c", "all_gather", "tp", "fwd", 1.0, "x", False)
+    exposed = CommOp("c", "all_gather", Group.TP, "fwd", 1.0, Overlap.TP_COMM_OVERLAP, ops[0])  # no --tp-comm-overlap
     b = simulate_ops(ops, [exposed], Model(), placements_of(j), False)
     assert b.duration == 14.0 and b.exposed == {"tp": 4.0} and b.slices[0].name == "c"  # gather before the op
-    long = CommOp("c", "all_gather", "tp", "fwd", 1.0, "x", True)
+    long = CommOp("c", "all_gather", Group.TP, "fwd", 1.0, Overlap.COMPUTE, ops[0])
 
     class Slow(Model):
         def collective(self, op, place):

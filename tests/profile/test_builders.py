@@ -15,7 +15,7 @@ from trainsim.profile.builders import (  # noqa: E402
 )
 from trainsim.spec.model import Model  # noqa: E402
 from trainsim.workload.layers import Shard, embedding_work, head_work, layer_work  # noqa: E402
-from trainsim.workload.ops import attention, elementwise, gemm  # noqa: E402
+from trainsim.workload.ops import Role, attention, elementwise, gemm  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -81,10 +81,11 @@ def test_gemm_builders_use_the_linear_layouts():
     ctx = OpContext(CPU, GPT, Shard(micro_batch=1, seq=32))
     assert build(gemm("qkv", "fwd", 8, 12, 16, "bf16"), ctx).fn().shape == (8, 12)
     assert build(gemm("qkv_dgrad", "bwd", 8, 16, 12, "bf16"), ctx).fn().shape == (8, 16)
-    out = build(gemm("qkv_wgrad", "bwd", 16, 12, 8, "bf16"), ctx).fn()
+    out = build(gemm("qkv_wgrad", "bwd", 16, 12, 8, "bf16", role=Role.WEIGHT_GRAD), ctx).fn()
     assert out.shape == (12, 16) and out.dtype == torch.bfloat16  # dW[out, in] = dYᵀ·X
     assert build(gemm("attn_qk", "fwd", 8, 8, 4, "fp32", batch=3), ctx).fn().shape == (3, 8, 8)
-    assert build(gemm("expert_fc1_wgrad", "bwd", 4, 6, 8, "bf16", batch=3), ctx).fn().shape == (3, 6, 4)
+    assert build(gemm("expert_fc1_wgrad", "bwd", 4, 6, 8, "bf16", batch=3, role=Role.WEIGHT_GRAD),
+                 ctx).fn().shape == (3, 6, 4)
     tf32 = build(gemm("qkv", "fwd", 8, 12, 16, "tf32"), ctx)
     assert tf32.matmul_precision is None and tf32.fn().dtype == torch.float32  # TF32 only on a GPU
     with pytest.raises(TrainsimError, match="FP8"):

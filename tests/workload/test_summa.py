@@ -213,3 +213,16 @@ def test_bad_grids_are_one_line_errors_with_exit_2(flags, field):
 def test_summa_refuses_models_it_does_not_model():
     with pytest.raises(TrainsimError, match="mixture-of-experts"):
         job(model="mixtral-8x7b", tp=8, ep=8, tensor_parallel_mode="summa", sequence_parallel=True)
+
+
+def test_predict_json_echoes_the_grid():
+    import json
+
+    cmd = [sys.executable, "-c", "from trainsim.cli import main; main()", "predict", "-m", "gpt3-7.5b", "-n", "64",
+           "--gbs", "64", "--tp", "8", "--tensor-parallel-mode", "summa", "--tp-rows", "2", "--summa-blocks", "2",
+           "--tp-inner", "col", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)["job"]
+    assert (j["tensor_parallel_mode"], j["tp_rows"], j["tp_cols"], j["summa_blocks"], j["tp_inner"]) == \
+        ("summa", 2, 4, 2, "col")

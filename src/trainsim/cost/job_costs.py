@@ -20,7 +20,17 @@ from trainsim.cost.compute import op_time
 from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
 from trainsim.workload.memory import stage_parameter_split
-from trainsim.workload.ops import Collective, CommOp, ComputeOp, Group, comm_stream, exposed_time, overlap_target
+from trainsim.workload.ops import (
+    Collective,
+    CommOp,
+    ComputeOp,
+    Group,
+    OpSet,
+    Overlap,
+    comm_stream,
+    exposed_time,
+    overlap_target,
+)
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -170,9 +180,9 @@ class StageCost:
 def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap: bool,
                recompute_comm: bool = True, split_backward: bool = False) -> BlockCost:
     c = model.compute
-    fwd_ops = {op.name: op for op in work.fwd}
+    fwd_ops = OpSet(work.fwd)
     # a split-backward schedule runs the weight gradients later: collectives cannot hide behind them
-    bwd_ops = {op.name: op for op in work.bwd if not (split_backward and op.is_weight_grad)}
+    bwd_ops = OpSet(op for op in work.bwd if not (split_backward and op.is_weight_grad))
     times = {op: c(op) for op in (*work.fwd, *work.bwd)}
     fwd = sum(times[op] for op in work.fwd)  # priced once above (the same pure lookup)
     re = sum(c(op) for op in work.recompute)
@@ -182,10 +192,10 @@ def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap
     out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
     slow = model.calibration.overlap_slowdown
 
-    def account(ops: tuple[CommOp, ...], pass_ops: dict[str, ComputeOp], backward: bool) -> None:
+    def account(ops: tuple[CommOp, ...], pass_ops: OpSet, backward: bool) -> None:
         # collectives hiding behind the same op on the same stream queue one after the other (as in the event
         # engine): each is exposed by what the queue so far outlasts that op
-        queued: dict[tuple[str, str], float] = {}
+        queued: dict[tuple[int, str], float] = {}
         for op in ops:
             t = model.collective(op, places[op.group])
             out.comm += t
@@ -194,7 +204,7 @@ def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap
             target, can_hide = overlap_target(op, pass_ops, tp_comm_overlap)
             hidden_by = times[target] if target is not None else 0.0
             if can_hide and target is not None:
-                key = (target.name, comm_stream(op.group))
+                key = (id(target), comm_stream(op.group))
                 before = queued.get(key, 0.0)
                 queued[key] = before + t
                 e0, p0 = exposed_time(before, hidden_by, True, slow)
@@ -236,8 +246,9 @@ def _bucketed(model: CostModel, kind: Collective, params: float, bytes_per_param
         return 0.0, 0.0
     bucket = min(params, bucket_params)
     full, rest = divmod(params, bucket)
-    one = model.collective(CommOp("dp_bucket", kind, group, "bwd", bucket * bytes_per_param), place)
-    tail = model.collective(CommOp("dp_bucket", kind, group, "bwd", rest * bytes_per_param), place) if rest else 0.0
+    one = model.collective(CommOp("dp_bucket", kind, group, "bwd", bucket * bytes_per_param, Overlap.DP_WINDOW), place)
+    tail = (model.collective(CommOp("dp_bucket", kind, group, "bwd", rest * bytes_per_param, Overlap.DP_WINDOW), place)
+            if rest else 0.0)
     return full * one + tail, one
 
 
@@ -373,10 +384,11 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
     empty = BlockCost()
 
     act = shard.p2p_bytes(job.model.hidden_size)
-    p2p = model.collective(CommOp("pp_p2p", "send_recv", Group.PP, "fwd", act), places[Group.PP]) if par.pp > 1 else 0.0
+    p2p = (model.collective(CommOp("pp_p2p", "send_recv", Group.PP, "fwd", act, Overlap.P2P), places[Group.PP])
+           if par.pp > 1 else 0.0)
     if par.pp > 1 and not job.sequence_parallel and par.tp > 1:
         # scatter/gather optimisation: each TP rank sends 1/tp, then an all-gather inside the node
-        p2p += model.collective(CommOp("pp_gather", "all_gather", Group.TP, "fwd", act * par.tp),
+        p2p += model.collective(CommOp("pp_gather", "all_gather", Group.TP, "fwd", act * par.tp, Overlap.P2P),
                                  places[Group.TP])
 
     sh = sharding_of(job)
@@ -413,7 +425,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         if tied_copy and s in (0, job.head_stage):
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", Group.EMBEDDING, "bwd",
-                                               v_h * grad_bytes_pp), places[Group.EMBEDDING])
+                                               v_h * grad_bytes_pp, Overlap.DP_WINDOW), places[Group.EMBEDDING])
         local = dense / shards + expert / job.expert_dp if sh.zero_stage >= 1 else params
         opt = model.optimizer_step(local)
         zero3 = 0.0

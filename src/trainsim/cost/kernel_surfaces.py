@@ -84,7 +84,7 @@ class KernelSurface:
         ops = self.ops
         assert isinstance(ops, OpTimes)
         if op.kind == "gemm" and op.flops > 0:
-            grid = ops.gemm_grids.get((op.dtype, gemm_layout(op.name)))
+            grid = ops.gemm_grids.get((op.dtype, gemm_layout(op)))
             if grid is None or min(op.batch, op.m, op.n, op.k) <= 0:
                 return None
             point = [math.log(op.batch * op.m), math.log(op.n), math.log(op.k)]

@@ -67,7 +67,7 @@ from trainsim.cost.job_costs import AnalyticCostModel, default_cost_model
 from trainsim.errors import TrainsimError
 from trainsim.io.atomic import atomic_path
 from trainsim.io.frames import as_int, rows_as
-from trainsim.workload.ops import CommOp, ComputeOp
+from trainsim.workload.ops import CommOp, ComputeOp, GemmLayout
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -136,13 +136,18 @@ def gpu_key(name: str) -> str:
 
 
 # ---- rows, schema, I/O --------------------------------------------------------------------------------------------
-def gemm_layout(name: str) -> str:
-    """Operand layout of a GEMM from its name: ``dgrad``, ``wgrad`` or ``fwd``."""
-    if name.endswith("_dgrad"):
-        return "dgrad"
-    if name.endswith("_wgrad"):
-        return "wgrad"
-    return "fwd"
+def gemm_layout(op: ComputeOp) -> str:
+    """Operand layout of a GEMM op: ``fwd``, ``dgrad`` or ``wgrad`` (its typed :class:`GemmLayout`)."""
+    return (op.layout or GemmLayout.FWD).value
+
+
+def _row_layout(name: str) -> str:
+    """Layout of a table row written without a ``layout`` column (tables of earlier versions): the operand layout
+    their writer encoded in the op name."""
+    for layout in (GemmLayout.DGRAD, GemmLayout.WGRAD):
+        if name.endswith(f"_{layout.value}"):
+            return layout.value
+    return GemmLayout.FWD.value
 
 
 def op_key_columns(op: ComputeOp) -> dict[str, Any]:
@@ -152,7 +157,7 @@ def op_key_columns(op: ComputeOp) -> dict[str, Any]:
                            "attn_seq_kv": 0, "attn_head_dim": 0, "attn_causal": False, "bytes": 0,
                            "flops": float(op.flops), "layout": ""}
     if op.kind == "gemm":
-        row.update(batch=op.batch, m=op.m, n=op.n, k=op.k, layout=gemm_layout(op.name))
+        row.update(batch=op.batch, m=op.m, n=op.n, k=op.k, layout=gemm_layout(op))
     elif op.kind == "attention":
         b, h, sq, skv, d, causal = op.attn or (0, 0, 0, 0, 0, False)
         row.update(attn_batch=b, attn_heads=h, attn_seq_q=sq, attn_seq_kv=skv, attn_head_dim=d,
@@ -445,7 +450,7 @@ class OpTimes:
             flops = float(r.flops)
             if r.kind == "gemm" and r.source == "sweep" and flops > 0 and min(r.batch, r.m, r.n, r.k) > 0:
                 p = (math.log(r.batch * r.m), math.log(r.n), math.log(r.k))
-                layout = str(r.layout) or gemm_layout(str(r.name))
+                layout = str(r.layout) or _row_layout(str(r.name))
                 gemm_pts.setdefault((str(r.dtype), layout), {}).setdefault(p, []).append(math.log(flops / t))
             elif (r.kind == "attention" and r.source == "sweep" and flops > 0 and r.attn_seq_q == r.attn_seq_kv
                   and r.attn_batch * r.attn_heads > 0):
@@ -474,7 +479,7 @@ class OpTimes:
         if t is not None:
             return t, "exact"
         if op.kind == "gemm" and op.flops > 0:
-            grid = self.gemm_grids.get((op.dtype, gemm_layout(op.name)))
+            grid = self.gemm_grids.get((op.dtype, gemm_layout(op)))
             if grid is not None and min(op.batch, op.m, op.n, op.k) > 0:
                 v = grid((math.log(op.batch * op.m), math.log(op.n), math.log(op.k)))
                 if v is not None:

@@ -8,11 +8,12 @@ is the same for every micro-batch of a stage, so it is simulated once here, at o
   before its backward);
 * the **comm stream** runs the layer's TP/SP and CP collectives (FIFO), and the **ep stream** the MoE token
   dispatch/combine all-to-alls and the expert-TP gathers (Megatron-Core and DeepEP issue them on their own
-  stream). A collective the framework overlaps (``always_overlapped``, or TP ones under ``--tp-comm-overlap``)
-  starts with the compute op it hides behind and the next op waits for it; while it runs, compute progresses
-  ``1 + overlap_slowdown`` times slower (Proteus' overlap factor, applied as a rate: the fluid version of the
-  analytic ``overlap_slowdown · min(t, x)``). Other collectives block the compute stream right before (all-gathers) or
-  after (reductions) the op they serve.
+  stream). A collective the framework overlaps (:class:`~trainsim.workload.ops.Overlap` ``COMPUTE``, or
+  ``TP_COMM_OVERLAP`` under ``--tp-comm-overlap``) starts with the compute op it hides behind and the next op
+  waits for it; while it runs, compute progresses ``1 + overlap_slowdown`` times slower (Proteus' overlap factor,
+  applied as a rate: the fluid version of the analytic ``overlap_slowdown · min(t, x)``). Other collectives block
+  the compute stream right before (all-gathers, broadcasts) or after (reductions) the op they serve, or at their
+  ``anchor`` op.
 
 With ZeRO-3 the per-layer parameter all-gathers (prefetched one layer ahead) and gradient reduce-scatters run on the
 data-parallel stream of the chunk and are simulated the same way.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,18 +42,6 @@ if TYPE_CHECKING:
 
 #: Compute ops whose cost grows with the square of the sequence length (the attention core).
 QUADRATIC_OPS = frozenset({"flash_attn", "attn_qk", "attn_av", "softmax", "attn_dropout"})
-
-#: Where collectives without an overlap target sit: comm name -> (compute op, "before" | "after").
-ANCHORS: dict[str, tuple[str, str]] = {
-    "attn_out": ("attn_bias_dropout_add", "before"),
-    "mlp_out": ("mlp_bias_dropout_add", "before"),
-    "embedding_reduce": ("embedding_lookup", "after"),
-    "embedding_grad_gather": ("embedding_grad", "before"),
-    "moe_dispatch": ("moe_permute", "after"),
-    "moe_combine": ("moe_unpermute", "before"),
-    "moe_combine_grad": ("moe_unpermute_grad", "after"),
-    "moe_dispatch_grad": ("moe_permute_grad", "before"),
-}
 
 COMPUTE, COMM, DP, EP = "compute", "comm", "dp", "ep"  # stream names
 #: collectives that deliver an operand (issued right before the op they serve, stalling it); the others reduce a
@@ -169,15 +158,16 @@ class _Comm:
 
 def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostModel,
                  places: Mapping[Group, Placement], tp_comm_overlap: bool,
-                 moved: Mapping[str, ComputeOp] | None = None) -> BlockTime:
+                 moved: Collection[ComputeOp] = ()) -> BlockTime:
     """Simulate compute ops and their collectives on the compute and comm streams (see module docstring).
 
     Which collective hides behind which op follows :func:`~trainsim.workload.ops.overlap_target` (the rule the
-    analytic costs use); ``moved``: weight gradients of this pass that a split-backward schedule runs later."""
-    moved = moved or {}
+    analytic costs use). A collective that cannot hide blocks at the op it serves (``behind``: before an operand
+    delivery, after a reduction), else at its ``anchor``, else — when its op is a weight gradient in ``moved`` (this
+    pass's weight gradients that a split-backward schedule runs later) — right after the same GEMM's input
+    gradient, else at the end of the block."""
     slow = model.calibration.overlap_slowdown
-    names = {op.name: i for i, op in reversed(list(enumerate(compute)))}
-    by_name = {op.name: op for op in reversed(compute)}
+    index = {op: i for i, op in reversed(list(enumerate(compute)))}  # the first position of every op
     input_grad_of = {op.grad_of: i for i, op in reversed(list(enumerate(compute)))
                      if op.grad_of and op.role is Role.INPUT_GRAD}
     comms: list[_Comm] = []
@@ -186,15 +176,14 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
         t = model.collective(op, place)
         if t <= 0.0:
             continue
-        target, can_hide = overlap_target(op, by_name, tp_comm_overlap)
-        gone = moved.get(op.hide_behind)  # its weight-gradient target moved to the W action
+        target, can_hide = overlap_target(op, index, tp_comm_overlap)
+        gone = op.behind if op.behind is not None and op.behind in moved else None  # moved to the W action
         if target is not None and can_hide:
-            anchor, mode = names[target.name], "with"
+            anchor, mode = index[target], "with"
         elif target is not None:
-            anchor, mode = names[target.name], "before" if op.collective in PREFETCH else "after"
-        elif op.name in ANCHORS and ANCHORS[op.name][0] in names:
-            name, mode = ANCHORS[op.name]
-            anchor = names[name]
+            anchor, mode = index[target], "before" if op.collective in PREFETCH else "after"
+        elif op.anchor is not None and op.anchor in index:
+            anchor, mode = index[op.anchor], "before" if op.before else "after"
         elif gone is not None and gone.grad_of in input_grad_of:  # right after the same GEMM's input gradient
             anchor, mode = input_grad_of[gone.grad_of], "after"
         else:
@@ -339,7 +328,7 @@ class BlockLibrary:
 
     # ---- blocks ---------------------------------------------------------------------------------------------------
     def _simulate(self, ops: list[ComputeOp], comm: Iterable[CommOp],
-                  moved: Mapping[str, ComputeOp] | None = None) -> BlockTime:
+                  moved: Collection[ComputeOp] = ()) -> BlockTime:
         return simulate_ops(ops, comm, self.model, self.places, self.tp_comm_overlap, moved)
 
     def _work_block(self, work: Work, kind: str, split: bool) -> BlockTime:
@@ -348,9 +337,9 @@ class BlockLibrary:
         bwd = backward_order(work.fwd, work.bwd)
         if kind == "W":
             return self._simulate([op for op in bwd if op.is_weight_grad], ())
-        moved: dict[str, ComputeOp] = {}
+        moved: frozenset[ComputeOp] = frozenset()
         if split:
-            moved = {op.name: op for op in bwd if op.is_weight_grad}
+            moved = frozenset(op for op in bwd if op.is_weight_grad)
             bwd = [op for op in bwd if not op.is_weight_grad]
         re = self._simulate(list(work.recompute), work.comm_recompute) if work.recompute else BlockTime()
         return re.then(self._simulate(bwd, work.comm_bwd, moved))

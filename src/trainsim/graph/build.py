@@ -46,7 +46,7 @@ from trainsim.schedule import BACKWARD, FORWARD, WEIGHT, StageOrder
 from trainsim.schedule.interleaved import warmup_forwards as interleaved_warmup
 from trainsim.workload.layers import shard_of
 from trainsim.workload.memory import stage_parameter_split, stage_parameters
-from trainsim.workload.ops import Collective, CommOp
+from trainsim.workload.ops import Collective, CommOp, Overlap
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import chunk_layers
 
@@ -454,8 +454,9 @@ class GraphBuilder:
         sh = sharding_of(self.job)
         return sh.shards, ddp_bucket_params(self.job), sh.grad_reduce_bytes, sh.param_bytes
 
-    def _collective(self, name: str, kind: Collective, group: Group, nbytes: float) -> float:
-        return self.model.collective(CommOp(name, kind, group, "bwd", nbytes), self.places[group])
+    def _collective(self, name: str, kind: Collective, group: Group, nbytes: float,
+                    overlap: Overlap = Overlap.DP_WINDOW) -> float:
+        return self.model.collective(CommOp(name, kind, group, "bwd", nbytes, overlap), self.places[group])
 
     def _dp_bucket(self, name: str, kind: Collective, nbytes: float, expert_frac: float) -> float:
         """A data-parallel bucket whose routed-expert share ``expert_frac`` is reduced over the expert-data-parallel

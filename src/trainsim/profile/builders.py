@@ -106,7 +106,7 @@ def _randn(shape: tuple[int, ...], ctx: OpContext, dtype: torch.dtype) -> torch.
 def _gemm(op: ComputeOp, ctx: OpContext) -> Built:
     if op.dtype == "fp8":
         return _gemm_fp8(op, ctx)
-    layout = gemm_layout(op.name)
+    layout = gemm_layout(op)
     dt = K.torch_dtype(op.dtype)
     b, m, n, k = op.batch, op.m, op.n, op.k
     # TF32 is a GPU notion: on a CPU fp32 GEMMs stay fp32 (as in CPU training)

@@ -20,7 +20,7 @@ from trainsim.cost.tables import normalize, op_key_columns
 from trainsim.errors import TrainsimError, warn
 from trainsim.profile import require_torch
 from trainsim.workload.layers import embedding_work, head_work, layer_work, shard_of
-from trainsim.workload.ops import ComputeOp, attention, gemm
+from trainsim.workload.ops import ComputeOp, GemmLayout, attention, gemm
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -190,7 +190,7 @@ def sweep_operators(dtypes: Iterable[str] = ("bf16",), gemm_sizes: Iterable[int]
         for lay in layouts:
             name, phase = ("sweep_gemm", "fwd") if lay == "fwd" else (f"sweep_gemm_{lay}", "bwd")
             for m, n, k in itertools.product(sizes, sizes, sizes):
-                ops.append(gemm(name, phase, m, n, k, dtype))  # type: ignore[arg-type]
+                ops.append(gemm(name, phase, m, n, k, dtype, layout=GemmLayout(lay)))  # type: ignore[arg-type]
         attn_dtype = {"fp16": "fp16", "fp32": "fp32", "tf32": "fp32"}.get(dtype, "bf16")  # FP8 runs bf16 attention
         for d, causal, bh, s in itertools.product(sorted(set(attn_head_dims)), list(attn_causal),
                                                   sorted(set(attn_batch_heads)), sorted(set(attn_seq_lengths))):

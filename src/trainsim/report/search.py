@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainsim.metrics import gpu_hours
 from trainsim.report.page import (
     Cell,
     Page,
@@ -123,7 +124,7 @@ def _why(result: SearchResult) -> tuple[dict[str, Any] | None, list[str]]:
     best, runner = result.candidates[result.ranking[0]], result.candidates[result.ranking[1]]
     # Per iteration (the same tokens): seconds when ranking by time, GPU-hours when ranking by cost or GPUs.
     by_gpu_time = result.objective in ("cost", "gpus") and best.num_gpus != runner.num_gpus
-    fb, fr = (best.num_gpus / 3600.0, runner.num_gpus / 3600.0) if by_gpu_time else (1.0, 1.0)
+    fb, fr = (gpu_hours(1.0, best.num_gpus), gpu_hours(1.0, runner.num_gpus)) if by_gpu_time else (1.0, 1.0)
     bb = {k: v * fb for k, v in (best.breakdown_s or {}).items()}
     rb = {k: v * fr for k, v in (runner.breakdown_s or {}).items()}
     keys = [k for k in BREAKDOWN if bb.get(k, 0) > 0 or rb.get(k, 0) > 0]

@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
 from trainsim.spec.flags import Flag
-from trainsim.spec.training import element_bytes
+from trainsim.spec.training import element_bytes, grad_element_bytes
 
 AttentionBackend = Literal["flash", "fused", "unfused", "local"]
 TransformerImpl = Literal["transformer_engine", "local"]
@@ -218,7 +218,7 @@ class Framework(Spec, frozen=True):
         decay ``mul_`` and ``addcdiv_`` on the weights — and clipping reads the gradients and scales them.
         """
         p = self.param_bytes(precision)
-        g = 4.0 if grads_fp32 else p
+        g = grad_element_bytes(grads_fp32, p)
         m, v = DTYPE_BYTES[self.exp_avg_dtype], DTYPE_BYTES[self.exp_avg_sq_dtype]
         master = self.master_bytes(precision)
         w = master or p  # the weights the optimizer updates

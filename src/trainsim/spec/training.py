@@ -20,6 +20,13 @@ def element_bytes(precision: str) -> float:
     return 4.0 if precision == "fp32" else 2.0
 
 
+def grad_element_bytes(grads_fp32: bool, param_bytes: float) -> float:
+    """Bytes of one gradient element: 4 when gradients are accumulated and reduced in fp32
+    (:attr:`Training.grads_in_fp32`), else ``param_bytes`` (the parameter's own element size). The one place this
+    is written."""
+    return 4.0 if grads_fp32 else param_bytes
+
+
 class Training(Spec, frozen=True):
     """Per-iteration training settings (Megatron names).
 

@@ -460,6 +460,7 @@ def zero3_scale_lines() -> list[str]:
     ]
     from trainsim.cost.comm import placements_of
     from trainsim.cost.job_costs import default_cost_model, zero3_layer_comm
+    from trainsim.parallel.axes import Group
 
     for name, seq, n in ZERO3_CASES:
         model = load_model(name)
@@ -468,7 +469,7 @@ def zero3_scale_lines() -> list[str]:
                       training=Training(global_batch_size=2048, micro_batch_size=1, seq_length=seq, zero_stage=3,
                                         recompute_granularity="full", precision="bf16"))
             p = predict(job)
-            comm = zero3_layer_comm(job, default_cost_model(job), placements_of(job)["dp_cp"],
+            comm = zero3_layer_comm(job, default_cost_model(job), placements_of(job)[Group.DP_CP],
                                     model.num_params, model.num_layers)
             gather = "—" if comm is None else f"{comm.gather * 1e3:.1f}"
             lines.append(f"| {name} | {n} | `{fw}` | {p.iteration_time_s:.2f} | {p.tokens_per_s_per_gpu:.0f} | "

@@ -179,7 +179,9 @@ class WhatIfResult:
         (``steps`` None) or over ``steps`` steps at the mean rate (e.g. 1000)."""
         per_step_s = self.step_time_simulated_s - self.step_time_ideal_s
         n = len(self.steps) if steps is None else steps
-        return self.meta.world_size * per_step_s * n / 3600.0
+        from trainsim.metrics import gpu_hours
+
+        return gpu_hours(per_step_s * n, self.meta.world_size)
 
     def write_heatmap(self, path: str | os.PathLike[str], vmin: float = 1.0, vmax: float = 1.5) -> None:
         """PNG heatmap of worker slowdown, DP rank x stage (see :mod:`trainsim.whatif.heatmap`)."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainsim.spec.training import grad_element_bytes
 from trainsim.workload.memo import per_job
 
 if TYPE_CHECKING:
@@ -130,5 +131,5 @@ def grad_accumulation_bytes(f: Fusion, param_bytes: float) -> float:
     autograd's ``AccumulateGrad`` in the parameter dtype)."""
     if f.grad_accumulation:
         return 0.0
-    g = 4.0 if f.grads_fp32 else param_bytes
+    g = grad_element_bytes(f.grads_fp32, param_bytes)
     return param_bytes + 2 * g

@@ -12,17 +12,32 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
-from trainsim.workload.ops import CommOp, ComputeOp, Group, Phase, attention, elementwise, gemm, gemm_with_grads
+from trainsim.workload.ops import (
+    Collective,
+    CommOp,
+    ComputeOp,
+    GemmLayout,
+    Group,
+    Overlap,
+    Phase,
+    attention,
+    elementwise,
+    gemm,
+    gemm_with_grads,
+)
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
+
+#: A linear layer's forward, data-gradient and weight-gradient GEMMs.
+Linear = tuple[ComputeOp, ComputeOp, ComputeOp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,23 +188,26 @@ def _dropout_add(name: str, shard: Shard, model: Model) -> tuple[ComputeOp, Comp
     return _ew(shard, name, "fwd", f * n), _ew(shard, f"{name}_grad", "bwd", b * n)
 
 
-def _tp_comm(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) -> tuple[CommOp, ...]:
-    """Forward TP collective around a column-parallel (``entering``) or row-parallel linear ``gemm_name``.
+def _tp_comm(shard: Shard, h: int, name: str, entering: bool, linear: Linear,
+             anchor: ComputeOp | None = None) -> tuple[CommOp, ...]:
+    """Forward TP collective around a column-parallel (``entering``) or row-parallel ``linear``.
 
-    With ``--tp-comm-overlap`` (TE userbuffers) the all-gather/reduce-scatter hides behind that GEMM.
+    With ``--tp-comm-overlap`` (TE userbuffers) the all-gather/reduce-scatter hides behind that GEMM; the
+    all-reduce of a row-parallel linear without sequence parallelism blocks right before ``anchor`` (the residual
+    add), or at the end of the block.
     """
     if shard.tp == 1:
         return ()
     size = shard.tokens * h * shard.act_bytes
     if shard.sequence_parallel:
-        kind = "all_gather" if entering else "reduce_scatter"
-        return (CommOp(name, kind, Group.TP, "fwd", size, gemm_name),)  # type: ignore[arg-type]
+        kind: Collective = "all_gather" if entering else "reduce_scatter"
+        return (CommOp(name, kind, Group.TP, "fwd", size, Overlap.TP_COMM_OVERLAP, linear[0]),)
     if entering:
         return ()  # identity in forward, all-reduce in backward
-    return (CommOp(name, "all_reduce", Group.TP, "fwd", size),)
+    return (CommOp(name, "all_reduce", Group.TP, "fwd", size, anchor=anchor, before=True),)
 
 
-def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, gemm_name: str) -> tuple[CommOp, ...]:
+def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, linear: Linear) -> tuple[CommOp, ...]:
     """Backward mirror of :func:`_tp_comm`.
 
     Megatron always overlaps the input-gradient reduction of a column-parallel linear with its weight-gradient GEMM,
@@ -198,23 +216,24 @@ def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, gemm_name: str
     if shard.tp == 1:
         return ()
     size = shard.tokens * h * shard.act_bytes
+    _f, dgrad, wgrad = linear
     if entering:
-        kind = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
-        ops = [CommOp(f"{name}_grad", kind, Group.TP, "bwd", size, f"{gemm_name}_wgrad", True)]  # type: ignore[arg-type]
+        kind: Collective = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
+        ops = [CommOp(f"{name}_grad", kind, Group.TP, "bwd", size, Overlap.COMPUTE, wgrad)]
         if shard.sequence_parallel:
-            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", size, f"{gemm_name}_dgrad", True))
+            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", size, Overlap.COMPUTE, dgrad))
         return tuple(ops)
     if shard.sequence_parallel:
-        return (CommOp(f"{name}_grad", "all_gather", Group.TP, "bwd", size, f"{gemm_name}_dgrad"),)
+        return (CommOp(f"{name}_grad", "all_gather", Group.TP, "bwd", size, Overlap.TP_COMM_OVERLAP, dgrad),)
     return ()
 
 
-def _mla_projections(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[ComputeOp], list[ComputeOp]]:
+def _mla_projections(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[ComputeOp], list[ComputeOp], Linear]:
     """Multi-head latent attention projections (Megatron-Core ``MLASelfAttention``): the down-projections to the
     query and key/value latents (replicated over TP), their RMSNorms, and the column-parallel up-projections to
     ``heads/tp`` query heads of ``qk_head_dim + qk_pos_emb_head_dim`` and key/value heads of ``qk_head_dim`` +
     ``v_head_dim`` (the decoupled RoPE key is shared by all heads). Returns (forward, backward, up-projection forward
-    ops recomputed with ``--recompute-modules mla_up_proj``)."""
+    ops recomputed with ``--recompute-modules mla_up_proj``, the first projection's forward and gradient GEMMs)."""
     t, h, tp = shard.tokens, model.hidden_size, shard.tp
     heads = model.num_attention_heads // tp
     qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
@@ -223,13 +242,14 @@ def _mla_projections(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[
     bwd: list[ComputeOp] = []
     up: list[ComputeOp] = []
 
-    def linear(name: str, n: int, k: int, is_up: bool = False) -> None:
+    def linear(name: str, n: int, k: int, is_up: bool = False) -> Linear:
         f, d, w = gemm_with_grads(name, t, n, k, dt)
         fwd.extend(_casts(shard, t * k))
         fwd.append(f)
         bwd.extend((d, w))
         if is_up:
             up.append(f)
+        return f, d, w
 
     def norm(name: str, width: int) -> None:
         n = t * width
@@ -237,21 +257,29 @@ def _mla_projections(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[
         bwd.append(_ew(shard, f"{name}_grad", "bwd", 3 * e * n, 8.0 * n))
 
     if model.q_lora_rank:
-        linear("q_down", model.q_lora_rank, h)
+        first = linear("q_down", model.q_lora_rank, h)
         norm("q_norm", model.q_lora_rank)
         linear("q_up", heads * (qk + rope), model.q_lora_rank, is_up=True)
     else:
-        linear("q_proj", heads * (qk + rope), h)
+        first = linear("q_proj", heads * (qk + rope), h)
     linear("kv_down", model.kv_lora_rank + rope, h)
     norm("kv_norm", model.kv_lora_rank)
     linear("kv_up", heads * (qk + v), model.kv_lora_rank, is_up=True)
     n = t * (heads + 1) * rope
     fwd.append(_ew(shard, "rope", "fwd", 2 * e * n, 3.0 * n))
     bwd.append(_ew(shard, "rope_grad", "bwd", 2 * e * n, 3.0 * n))
-    return fwd, bwd, up
+    return fwd, bwd, up, first
 
 
-def _attention_block(model: Model, shard: Shard) -> Work:
+class _AttentionOps(NamedTuple):
+    """The attention ops another block's collectives may hide behind (MoE all-to-all overlap)."""
+
+    core_fwd: ComputeOp | None  # the fused attention kernel (None on the unfused path)
+    core_bwd: ComputeOp | None
+    proj: Linear  # the output projection's forward, data- and weight-gradient GEMMs
+
+
+def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
     b, s, tp, cp = shard.micro_batch, shard.seq, shard.tp, shard.cp
     h, d = model.hidden_size, model.head_dim
     heads = model.num_attention_heads // tp
@@ -268,18 +296,16 @@ def _attention_block(model: Model, shard: Shard) -> Work:
     fwd.append(ln_f)
     bwd.append(ln_b)
     up_recompute: list[ComputeOp] = []
-    first_gemm = "qkv"
     if model.multi_latent_attention:
-        m_f, m_b, up = _mla_projections(model, shard)
+        m_f, m_b, up, first = _mla_projections(model, shard)
         fwd += m_f
         bwd += m_b
-        first_gemm = "q_down" if model.q_lora_rank else "q_proj"
         if "mla_up_proj" in shard.recompute_modules:
             up_recompute = up
         d = (model.head_dim + model.v_dim) // 2  # attention FLOPs: QKᵀ over qk dims, PV over v dims
     else:
         fwd += _casts(shard, t * h)
-        q_f, q_d, q_w = gemm_with_grads("qkv", t, (heads + 2 * groups) * d, h, dt)
+        first = q_f, q_d, q_w = gemm_with_grads("qkv", t, (heads + 2 * groups) * d, h, dt)
         fwd.append(q_f)
         bwd += [q_d, q_w]
         if model.qk_layernorm:
@@ -312,46 +338,59 @@ def _attention_block(model: Model, shard: Shard) -> Work:
             core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
         core_fwd.append(gemm("attn_av", "fwd", s, d, s, gdt, batch=b * heads))
         core_bwd += [gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads, grad_of="attn_av"),
-                     gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av")]  # of V
+                     gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av",
+                          layout=GemmLayout.WGRAD)]  # of V
         if drop:
             core_bwd.append(_ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores))
         core_bwd += [_ew(shard, "softmax_grad", "bwd", sb * scores, 4.0 * scores),
                      gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),
-                     gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk")]  # of K
+                     gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk",
+                          layout=GemmLayout.WGRAD)]  # of K
     fwd += core_fwd
     bwd += core_bwd
     vd = model.v_dim
     fwd += _casts(shard, t * heads * vd)
-    p_f, p_d, p_w = gemm_with_grads("attn_proj", t, h, heads * vd, dt)
+    proj = p_f, p_d, p_w = gemm_with_grads("attn_proj", t, h, heads * vd, dt)
     fwd.append(p_f)
     bwd += [p_d, p_w]
     da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
 
-    comm_fwd = (_tp_comm(shard, h, "attn_in", True, first_gemm)
-                + _tp_comm(shard, h, "attn_out", False, "attn_proj"))
-    comm_bwd = (_tp_comm_bwd(shard, h, "attn_out", False, "attn_proj")
-                + _tp_comm_bwd(shard, h, "attn_in", True, first_gemm))
+    comm_fwd = (_tp_comm(shard, h, "attn_in", True, first)
+                + _tp_comm(shard, h, "attn_out", False, proj, anchor=da_f))
+    comm_bwd = (_tp_comm_bwd(shard, h, "attn_out", False, proj)
+                + _tp_comm_bwd(shard, h, "attn_in", True, first))
+    flash_f, flash_b = (core_fwd[0], core_bwd[0]) if shard.attention == "flash" else (None, None)
     if cp > 1:
-        # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward).
+        # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward), under the
+        # fused attention kernel (at the end of the block on the unfused path)
         kv_block = 2 * b * (s // cp) * groups * d * e
-        ring = "flash_attn"
-        comm_fwd += (CommOp("cp_kv_ring", "send_recv", Group.CP, "fwd", (cp - 1) * kv_block, ring, True),)
-        comm_bwd += (CommOp("cp_kv_ring_grad", "send_recv", Group.CP, "bwd", 2 * (cp - 1) * kv_block, f"{ring}_grad",
-                            True),)
+        comm_fwd += (_behind(CommOp("cp_kv_ring", "send_recv", Group.CP, "fwd", (cp - 1) * kv_block), flash_f),)
+        comm_bwd += (_behind(CommOp("cp_kv_ring_grad", "send_recv", Group.CP, "bwd", 2 * (cp - 1) * kv_block),
+                             flash_b),)
     recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention != "flash" else ()
-    return Work(tuple(fwd), tuple(bwd), recompute + tuple(up_recompute), comm_fwd, comm_bwd)
+    work = Work(tuple(fwd), tuple(bwd), recompute + tuple(up_recompute), comm_fwd, comm_bwd)
+    return work, _AttentionOps(flash_f, flash_b, proj)
+
+
+def _behind(op: CommOp, target: ComputeOp | None, anchor: ComputeOp | None = None, before: bool = False) -> CommOp:
+    """``op`` always hidden behind ``target`` (the framework overlaps it); without a target it blocks at ``anchor``
+    (``before`` it or after), or at the end of the block."""
+    if target is None:
+        return dataclasses.replace(op, anchor=anchor, before=before)
+    return dataclasses.replace(op, overlap=Overlap.COMPUTE, behind=target, anchor=anchor, before=before)
 
 
 def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard: Shard,
-               batch: int = 1, bias: bool = True) -> tuple[list[ComputeOp], list[ComputeOp]]:
+               batch: int = 1, bias: bool = True) -> tuple[list[ComputeOp], list[ComputeOp], Linear, Linear]:
+    """Forward and backward ops of an MLP (fc1, activation, fc2), and the two linear layers' GEMMs."""
     e = shard.act_bytes
     up = 2 * ffn if swiglu else ffn
     fwd: list[ComputeOp] = []
     bwd: list[ComputeOp] = []
     fwd += _casts(shard, batch * t * h)
-    f1, d1, w1 = gemm_with_grads(f"{name}_fc1", t, up, h, dt, batch)
+    fc1 = f1, d1, w1 = gemm_with_grads(f"{name}_fc1", t, up, h, dt, batch)
     fwd.append(f1)
     bwd += [d1, w1]
     n = batch * t * ffn
@@ -363,10 +402,10 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
         fwd.append(_ew(shard, f"{name}_bias_gelu", "fwd", af * n, 10.0 * n))
         bwd.append(_ew(shard, f"{name}_bias_gelu_grad", "bwd", ab * n, 16.0 * n))
     fwd += _casts(shard, n)
-    f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
+    fc2 = f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
     fwd.append(f2)
     bwd += [d2, w2]
-    return fwd, bwd
+    return fwd, bwd, fc1, fc2
 
 
 def moe_expert_tokens(model: Model, shard: Shard) -> tuple[float, float]:
@@ -390,8 +429,8 @@ def expert_rows(model: Model, tokens: float, tp: int, etp: int) -> tuple[float, 
     return copies, copies * etp * load
 
 
-def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[ComputeOp], list[ComputeOp],
-                                                      tuple[CommOp, ...], tuple[CommOp, ...]]:
+def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
+        list[ComputeOp], list[ComputeOp], list[ComputeOp], tuple[CommOp, ...], tuple[CommOp, ...]]:
     """Router, permutation, token dispatch, grouped expert GEMMs, combine and shared expert of one MoE layer.
 
     Mirrors Megatron-Core's ``MoELayer`` with the all-to-all token dispatcher: router (a GEMM to ``num_experts``
@@ -399,8 +438,9 @@ def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[Comput
     auxiliary-loss-free balancing), permutation (gather of the token copies by expert), all-to-all dispatch over the
     EP group, all-gather over the expert-TP group, grouped GEMMs (``experts/ep`` experts at once), then the mirror
     path (reduce-scatter, all-to-all combine, unpermute with the routing weights). The shared expert is an ordinary
-    TP MLP on all tokens; with ``--moe-shared-expert-overlap`` it runs while the tokens are dispatched. Returns
-    (forward, backward, activation-recompute, forward comm, backward comm).
+    TP MLP on all tokens; with ``--moe-shared-expert-overlap`` it runs while the tokens are dispatched; with the
+    all-to-all overlap of merged 1F1B / DualPipe the attention of another micro-batch (``attn``) runs meanwhile.
+    Returns (forward, backward, activation-recompute, forward comm, backward comm).
     """
     h, tp, etp = model.hidden_size, shard.tp, shard.expert_tp
     dt, e = shard.gemm_dtype, shard.act_bytes
@@ -418,41 +458,52 @@ def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[Comput
     fwd.append(_ew(shard, "router_topk", "fwd", 6 * 4.0 * scores, 10.0 * scores))
     bwd.append(_ew(shard, "router_topk_grad", "bwd", 4 * 4.0 * scores, 6.0 * scores))
     perm = copies * h * e
-    fwd.append(_ew(shard, "moe_permute", "fwd", 2 * perm))  # gather copies: read rows, write permuted rows
-    bwd.append(_ew(shard, "moe_permute_grad", "bwd", 2 * perm))
+    permute = _ew(shard, "moe_permute", "fwd", 2 * perm)  # gather copies: read rows, write permuted rows
+    permute_grad = _ew(shard, "moe_permute_grad", "bwd", 2 * perm)
+    fwd.append(permute)
+    bwd.append(permute_grad)
     per_expert = max(1, round(rows / local_experts))
-    f, b_ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.swiglu, dt, shard,
-                       batch=local_experts, bias=model.add_bias_linear)
+    f, b_, _, _ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.swiglu, dt, shard,
+                             batch=local_experts, bias=model.add_bias_linear)
     fwd += f
     bwd += b_
     act_recompute = [op for op in f if op.name.startswith("expert_") and op.kind == "elementwise"
                      and "moe_act" in shard.recompute_modules]
-    fwd.append(_ew(shard, "moe_unpermute", "fwd", 3 * perm))  # scatter-add weighted copies back to tokens
-    bwd.append(_ew(shard, "moe_unpermute_grad", "bwd", 3 * perm))
+    unpermute = _ew(shard, "moe_unpermute", "fwd", 3 * perm)  # scatter-add weighted copies back to tokens
+    unpermute_grad = _ew(shard, "moe_unpermute_grad", "bwd", 3 * perm)
+    fwd.append(unpermute)
+    bwd.append(unpermute_grad)
     shared = model.moe_shared_expert_intermediate_size or 0
     comm_fwd: list[CommOp] = []
     comm_bwd: list[CommOp] = []
+    shared_fc: tuple[Linear, Linear] | None = None
     if shared:
-        f, b_ = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.swiglu, dt, shard,
-                           bias=model.add_bias_linear)
+        f, b_, fc1, fc2 = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.swiglu, dt, shard,
+                                     bias=model.add_bias_linear)
+        shared_fc = fc1, fc2
         fwd += f
         bwd += b_
-        comm_fwd += _tp_comm(shard, h, "shared_in", True, "shared_expert_fc1")
-        comm_fwd += _tp_comm(shard, h, "shared_out", False, "shared_expert_fc2")
-        comm_bwd += _tp_comm_bwd(shard, h, "shared_out", False, "shared_expert_fc2")
-        comm_bwd += _tp_comm_bwd(shard, h, "shared_in", True, "shared_expert_fc1")
+        comm_fwd += _tp_comm(shard, h, "shared_in", True, fc1)
+        comm_fwd += _tp_comm(shard, h, "shared_out", False, fc2)
+        comm_bwd += _tp_comm_bwd(shard, h, "shared_out", False, fc2)
+        comm_bwd += _tp_comm_bwd(shard, h, "shared_in", True, fc1)
     if shard.ep > 1:
         a2a = copies * model.moe_load_imbalance * h * e  # the busiest receiver sets the pace
-        hide = "shared_expert_fc1" if shared and shard.moe_shared_expert_overlap else ""
-        hide_c = "shared_expert_fc2" if shared and shard.moe_shared_expert_overlap else ""
+        hide: ComputeOp | None = None
+        hide_c: ComputeOp | None = None
+        if shared_fc is not None and shard.moe_shared_expert_overlap:
+            hide, hide_c = shared_fc[0][0], shared_fc[1][0]
+        hide_b = hide_bc = None
         if shard.moe_a2a_overlap:  # another micro-batch's attention runs meanwhile (merged 1F1B / DualPipe)
-            hide, hide_c = "flash_attn", "attn_proj"
-        comm_fwd += [CommOp("moe_dispatch", "all_to_all", Group.EP, "fwd", a2a, hide, bool(hide)),
-                     CommOp("moe_combine", "all_to_all", Group.EP, "fwd", a2a, hide_c, bool(hide_c))]
-        hide_b = "flash_attn_grad" if shard.moe_a2a_overlap else ""
-        hide_bc = "attn_proj_dgrad" if shard.moe_a2a_overlap else ""
-        comm_bwd += [CommOp("moe_combine_grad", "all_to_all", Group.EP, "bwd", a2a, hide_b, bool(hide_b)),
-                     CommOp("moe_dispatch_grad", "all_to_all", Group.EP, "bwd", a2a, hide_bc, bool(hide_bc))]
+            hide, hide_c = attn.core_fwd, attn.proj[0]
+            hide_b, hide_bc = attn.core_bwd, attn.proj[1]
+        # without a compute op to hide behind: dispatch right after the permutation, combine right before the
+        # unpermutation (and the mirror in backward)
+        comm_fwd += [_behind(CommOp("moe_dispatch", "all_to_all", Group.EP, "fwd", a2a), hide, permute),
+                     _behind(CommOp("moe_combine", "all_to_all", Group.EP, "fwd", a2a), hide_c, unpermute, True)]
+        comm_bwd += [_behind(CommOp("moe_combine_grad", "all_to_all", Group.EP, "bwd", a2a), hide_b, unpermute_grad),
+                     _behind(CommOp("moe_dispatch_grad", "all_to_all", Group.EP, "bwd", a2a), hide_bc, permute_grad,
+                             True)]
     if etp > 1:
         ag = rows * h * e
         comm_fwd += [CommOp("moe_etp_gather", "all_gather", Group.ETP, "fwd", ag),
@@ -462,7 +513,7 @@ def _moe_block(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[Comput
     return fwd, bwd, act_recompute, tuple(comm_fwd), tuple(comm_bwd)
 
 
-def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
+def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Work:
     h, tp = model.hidden_size, shard.tp
     t = shard.tokens
     dt = shard.gemm_dtype
@@ -472,22 +523,24 @@ def _mlp_block(model: Model, shard: Shard, moe: bool) -> Work:
     ln_f, ln_b = _norm("mlp_norm", shard, h, model.normalization == "RMSNorm")
     fwd.append(ln_f)
     bwd.append(ln_b)
+    fc2: Linear | None = None
     if not moe:
-        comm_fwd: tuple[CommOp, ...] = _tp_comm(shard, h, "mlp_in", True, "mlp_fc1")
-        f, b_ = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard, bias=model.add_bias_linear)
+        f, b_, fc1, fc2 = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard,
+                                     bias=model.add_bias_linear)
+        comm_fwd: tuple[CommOp, ...] = _tp_comm(shard, h, "mlp_in", True, fc1)
         fwd += f
         bwd += b_
-        comm_bwd: tuple[CommOp, ...] = (_tp_comm_bwd(shard, h, "mlp_out", False, "mlp_fc2")
-                                         + _tp_comm_bwd(shard, h, "mlp_in", True, "mlp_fc1"))
+        comm_bwd: tuple[CommOp, ...] = (_tp_comm_bwd(shard, h, "mlp_out", False, fc2)
+                                         + _tp_comm_bwd(shard, h, "mlp_in", True, fc1))
     else:
-        f, b_, recompute, comm_fwd, comm_bwd = _moe_block(model, shard)
+        f, b_, recompute, comm_fwd, comm_bwd = _moe_block(model, shard, attn)
         fwd += f
         bwd += b_
     da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
-    if not moe:
-        comm_fwd += _tp_comm(shard, h, "mlp_out", False, "mlp_fc2")
+    if fc2 is not None:
+        comm_fwd += _tp_comm(shard, h, "mlp_out", False, fc2, anchor=da_f)
     return Work(tuple(fwd), tuple(bwd), tuple(recompute), comm_fwd, comm_bwd)
 
 
@@ -498,8 +551,8 @@ def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
         from trainsim.workload.summa import summa_layer_work
 
         return summa_layer_work(model, shard)
-    a = _attention_block(model, shard)
-    m = _mlp_block(model, shard, moe)
+    a, attn = _attention_block(model, shard)
+    m = _mlp_block(model, shard, moe, attn)
     fwd = a.fwd + m.fwd
     comm_fwd = a.comm_fwd + m.comm_fwd
     if shard.recompute == "full":
@@ -542,10 +595,11 @@ def embedding_work(model: Model, shard: Shard) -> Work:
     comm_fwd: tuple[CommOp, ...] = ()
     comm_bwd: tuple[CommOp, ...] = ()
     if tp > 1:  # vocabulary-parallel embedding: partial sums are reduced (scattered with sequence parallelism)
-        kind = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
-        comm_fwd = (CommOp("embedding_reduce", kind, Group.TP, "fwd", n * e),)  # type: ignore[arg-type]
+        kind: Collective = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
+        comm_fwd = (CommOp("embedding_reduce", kind, Group.TP, "fwd", n * e, anchor=fwd[0]),)  # after the lookup
         if shard.sequence_parallel:
-            comm_bwd = (CommOp("embedding_grad_gather", "all_gather", Group.TP, "bwd", n * e),)
+            comm_bwd = (CommOp("embedding_grad_gather", "all_gather", Group.TP, "bwd", n * e, anchor=bwd[0],
+                               before=True),)
     return Work(fwd, bwd, (), comm_fwd, comm_bwd)
 
 
@@ -610,8 +664,8 @@ def _head(model: Model, shard: Shard, prefix: str) -> Work:
     cf, cb = fz.cross_entropy_bytes(shard.fusion, e)
     ce_f = _ew(shard, f"{prefix}cross_entropy", "fwd", cf * logits, 4.0 * logits)
     ce_b = _ew(shard, f"{prefix}cross_entropy_grad", "bwd", cb * logits, 3.0 * logits)
-    comm_fwd = _tp_comm(shard, h, f"{prefix}head_in", True, f"{prefix}lm_head")
-    comm_bwd = _tp_comm_bwd(shard, h, f"{prefix}head_in", True, f"{prefix}lm_head")
+    comm_fwd = _tp_comm(shard, h, f"{prefix}head_in", True, (f, d, w))
+    comm_bwd = _tp_comm_bwd(shard, h, f"{prefix}head_in", True, (f, d, w))
     acc = _grad_accumulation(shard, f"{prefix}lm_head_grad_accumulation", v * h) \
         if model.untie_embeddings_and_output_weights and not prefix else ()
     return Work((ln_f, f, ce_f), (ce_b, d, w, ln_b, *acc), (), comm_fwd, comm_bwd)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from trainsim.spec.training import element_bytes
+from trainsim.spec.training import element_bytes, grad_element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.layers import Shard, expert_rows, shard_of
@@ -112,7 +112,7 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int,
         grads_fp32 = precision != "fp16"
     if framework is not None:
         w = framework.param_bytes(precision)
-        g = 4.0 if grads_fp32 else w
+        g = grad_element_bytes(grads_fp32, w)
         o = framework.master_bytes(precision) + framework.state_bytes()
     elif precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0

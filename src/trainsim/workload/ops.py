@@ -5,15 +5,32 @@ Ops are plain frozen dataclasses so that they hash (cost tables and caches key o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from trainsim.parallel.axes import EXPERT_STREAM_GROUPS, Group
 
-__all__ = ["DTYPE_BYTES", "Collective", "CommOp", "ComputeOp", "Group", "OpKind", "Phase", "Role", "attention",
-           "comm_stream", "elementwise", "exposed_time", "gemm", "gemm_with_grads", "overlap_target"]
+__all__ = [
+    "DTYPE_BYTES",
+    "Collective",
+    "CommOp",
+    "ComputeOp",
+    "GemmLayout",
+    "Group",
+    "OpKind",
+    "Overlap",
+    "Phase",
+    "Role",
+    "attention",
+    "comm_stream",
+    "elementwise",
+    "exposed_time",
+    "gemm",
+    "gemm_with_grads",
+    "overlap_target",
+]
 
 OpKind = Literal["gemm", "attention", "elementwise"]
 Phase = Literal["fwd", "bwd"]
@@ -35,6 +52,34 @@ class Role(StrEnum):
     FORWARD = "forward"
     INPUT_GRAD = "input_grad"
     WEIGHT_GRAD = "weight_grad"
+
+
+class GemmLayout(StrEnum):
+    """Operand layout of a GEMM, as ``nn.Linear`` and its autograd run it (the key of measured GEMM grids):
+    ``Y = X·Wᵀ`` forward, ``dX = dY·W`` data gradient, ``dW = dYᵀ·X`` weight gradient (also the attention core's
+    gradient of K and V, which has the weight-gradient layout without being a weight gradient)."""
+
+    FWD = "fwd"
+    DGRAD = "dgrad"
+    WGRAD = "wgrad"
+
+
+class Overlap(StrEnum):
+    """How a collective may overlap compute.
+
+    ``NONE``: it blocks the compute stream at the op it serves (before an operand delivery, after a reduction);
+    ``COMPUTE``: the framework always runs it under the compute op ``behind``; ``TP_COMM_OVERLAP``: under ``behind``
+    only with ``--tp-comm-overlap`` (Transformer Engine userbuffers), else it blocks there; ``DP_WINDOW``: a
+    data-parallel bucket collective, overlapped with the backward (gradients) or the forward (parameters) of its
+    stage by the data-parallel model (:mod:`trainsim.estimate`, the engine's data-parallel stream); ``P2P``: a
+    pipeline transfer between stages (its overlap is the schedule's).
+    """
+
+    NONE = "none"
+    COMPUTE = "compute"
+    TP_COMM_OVERLAP = "tp_comm_overlap"
+    DP_WINDOW = "dp_window"
+    P2P = "p2p"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +104,15 @@ class ComputeOp:
     attn: tuple[int, int, int, int, int, bool] | None = None
     role: Role | None = None  # None: from the phase (forward, or input gradient for backward ops)
     grad_of: str = ""  # backward GEMMs: the forward op they differentiate
+    layout: GemmLayout | None = None  # GEMMs: operand layout (None: from the role); other kinds: None
 
     def __post_init__(self) -> None:
         if self.role is None:
             object.__setattr__(self, "role", Role.FORWARD if self.phase == "fwd" else Role.INPUT_GRAD)
+        if self.kind == "gemm" and self.layout is None:
+            layout = (GemmLayout.FWD if self.role is Role.FORWARD
+                      else GemmLayout.WGRAD if self.role is Role.WEIGHT_GRAD else GemmLayout.DGRAD)
+            object.__setattr__(self, "layout", layout)
 
     @property
     def is_weight_grad(self) -> bool:
@@ -85,31 +135,43 @@ class ComputeOp:
 class CommOp:
     """One collective on one GPU. ``nbytes`` follows nccl-tests: the buffer size ``S`` of the operation
     (all-reduce: the reduced buffer; all-gather: the gathered output; reduce-scatter: the input; all-to-all: the
-    send buffer; send/recv: the message)."""
+    send buffer; send/recv: the message).
+
+    ``overlap`` says how it may overlap compute and ``behind`` is the compute op it runs under (or, when it cannot
+    hide, the op it serves: it blocks right before it for an operand delivery, right after for a reduction).
+    ``anchor``/``before``: where a collective without such an op in its pass blocks the compute stream (e.g. a
+    row-parallel all-reduce right before the residual add). Ops are referenced, never named.
+    """
 
     name: str
     collective: Collective
     group: Group
     phase: Phase
     nbytes: float
-    hide_behind: str = ""  # name of the compute op this collective can run under ("" = none)
-    always_overlapped: bool = False  # the framework always overlaps it (else only with --tp-comm-overlap)
+    overlap: Overlap = Overlap.NONE
+    behind: ComputeOp | None = None
+    anchor: ComputeOp | None = None
+    before: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.group, Group):  # a name: checked, never priced as another group
             object.__setattr__(self, "group", Group.parse(self.group))
+        if self.overlap in (Overlap.COMPUTE, Overlap.TP_COMM_OVERLAP) and self.behind is None:
+            raise ValueError(f"collective {self.name}: overlap {self.overlap} needs the compute op it hides behind")
 
 
 def gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, batch: int = 1,
-         out_bytes: float = 2.0, role: Role | None = None, grad_of: str = "") -> ComputeOp:
+         out_bytes: float = 2.0, role: Role | None = None, grad_of: str = "",
+         layout: GemmLayout | None = None) -> ComputeOp:
     """A (batched) GEMM ``C[m,n] = A[m,k] · B[k,n]``: 2·m·n·k FLOPs; reads A and B, writes C."""
     size = DTYPE_BYTES[dtype]
     nbytes = batch * ((m * k + k * n) * size + m * n * out_bytes)
     return ComputeOp(name, "gemm", phase, 2.0 * batch * m * n * k, nbytes, dtype, batch, m, n, k, role=role,
-                     grad_of=grad_of)
+                     grad_of=grad_of, layout=layout)
 
 
-def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, batch: int = 1) -> tuple[ComputeOp, ...]:
+def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str,
+                    batch: int = 1) -> tuple[ComputeOp, ComputeOp, ComputeOp]:
     """Forward ``Y[m,n] = X[m,k]·W[k,n]`` and its two backward GEMMs (data and weight gradients)."""
     return (
         gemm(name, "fwd", m, n, k, dtype, batch),
@@ -118,16 +180,32 @@ def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, batch: int = 
     )
 
 
-def overlap_target(op: CommOp, compute: Mapping[str, ComputeOp],
+class OpSet(Container[ComputeOp]):
+    """The compute ops of one pass, by identity: collectives reference the very op objects of their block (cheap to
+    build and test, no hashing of op fields)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, ops: Iterable[ComputeOp]) -> None:
+        self._ids = {id(op) for op in ops}
+
+    def __contains__(self, op: object) -> bool:
+        return id(op) in self._ids
+
+
+def overlap_target(op: CommOp, in_pass: Container[ComputeOp],
                    tp_comm_overlap: bool) -> tuple[ComputeOp | None, bool]:
     """The compute op collective ``op`` runs under in this pass, and whether it may hide behind it.
 
-    One rule for both engines: the op named by ``hide_behind`` if it runs in this pass (a weight gradient that a
-    split-backward schedule moved to its ``W`` action does not); hiding needs a framework that always overlaps
-    this collective, or ``--tp-comm-overlap`` for tensor-parallel ones.
+    One rule for both engines: ``op.behind`` if it runs in this pass (a weight gradient that a split-backward
+    schedule moved to its ``W`` action does not); hiding needs :attr:`Overlap.COMPUTE`, or
+    :attr:`Overlap.TP_COMM_OVERLAP` with ``--tp-comm-overlap``. The analytic costs then take :func:`exposed_time`;
+    the event engine runs the same overlap on its streams.
     """
-    target = compute.get(op.hide_behind) if op.hide_behind else None
-    return target, target is not None and (op.always_overlapped or (tp_comm_overlap and op.group is Group.TP))
+    target = op.behind if op.behind is not None and op.behind in in_pass else None
+    can_hide = target is not None and (op.overlap is Overlap.COMPUTE
+                                       or (op.overlap is Overlap.TP_COMM_OVERLAP and tp_comm_overlap))
+    return target, can_hide
 
 
 def exposed_time(comm_s: float, hidden_by_s: float, can_hide: bool, slowdown: float) -> tuple[float, float]:

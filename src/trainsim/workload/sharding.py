@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from trainsim.spec.training import element_bytes
+from trainsim.spec.training import element_bytes, grad_element_bytes
 from trainsim.workload.memo import per_job
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def sharding_of(job: Job) -> Sharding:
         collectives_per_layer=DEEPSPEED_ZERO3_MODULES_PER_LAYER if per_mb and job.dp_engine == "deepspeed-zero" else 1,
         prefetch_depth=fw.prefetch_depth if zero >= 3 else 1,
         param_bytes=e,
-        grad_reduce_bytes=4.0 if tr.grads_in_fp32 else 2.0,
+        grad_reduce_bytes=grad_element_bytes(tr.grads_in_fp32, 2.0),  # fp32, else 16-bit
         # FSDP-style sharding with pipelining prefetches each layer's gather before its first forward and
         # reduce-scatters each layer's gradients as its last backward finishes
         overlap_grad_reduce=bool(tr.overlap_grad_reduce) or (zero >= 3 and not per_mb),

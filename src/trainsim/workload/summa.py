@@ -45,6 +45,7 @@ keep 1D tensor parallelism (:func:`check_summa` says so).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -53,7 +54,7 @@ from typing import TYPE_CHECKING
 from trainsim.errors import TrainsimError
 from trainsim.workload import fusion as fz
 from trainsim.workload.layers import Shard, Work, _casts, _dropout_add, _ew, _grad_accumulation, _norm
-from trainsim.workload.ops import CommOp, ComputeOp, Role, attention, gemm
+from trainsim.workload.ops import CommOp, ComputeOp, GemmLayout, Group, Overlap, Phase, Role, attention, gemm
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -124,14 +125,15 @@ def _pipeline(gemms: list[ComputeOp], pre: list[list[CommOp]], post: list[list[C
     out: list[CommOp] = []
     n = len(gemms)
     for q, ops in enumerate(pre):
-        out += [_at(c, gemms[q - 1].name, True) if q else _at(c, gemms[0].name, False) for c in ops]
+        out += [_at(c, gemms[q - 1], True) if q else _at(c, gemms[0], False) for c in ops]
     for q, ops in enumerate(post):
-        out += [_at(c, gemms[q + 1].name, True) if q < n - 1 else _at(c, gemms[-1].name, False) for c in ops]
+        out += [_at(c, gemms[q + 1], True) if q < n - 1 else _at(c, gemms[-1], False) for c in ops]
     return out
 
 
-def _at(op: CommOp, target: str, overlapped: bool) -> CommOp:
-    return CommOp(op.name, op.collective, op.group, op.phase, op.nbytes, target, overlapped)
+def _at(op: CommOp, target: ComputeOp, overlapped: bool) -> CommOp:
+    """``op`` hidden behind ``target`` (``overlapped``), or blocking at it."""
+    return dataclasses.replace(op, overlap=Overlap.COMPUTE if overlapped else Overlap.NONE, behind=target)
 
 
 def summa_linear(name: str, shard: Shard, tokens: int, n: int, k: int, dtype: str,
@@ -147,27 +149,27 @@ def summa_linear(name: str, shard: Shard, tokens: int, n: int, k: int, dtype: st
     kb, nc = _split(k, nb), _split(n, cols)
     fwd = [gemm(_block_name(name, p), "fwd", m, nc, kb, dtype) for p in range(nb)]
     x_panel, w_panel = m * kb * e, kb * nc * e
-    comm_fwd = _pipeline(fwd, [[CommOp(f"{op.name}_bcast_x", "broadcast", "tp_row", "fwd", x_panel),
-                                CommOp(f"{op.name}_bcast_w", "broadcast", "tp_col", "fwd", w_panel)] for op in fwd],
+    comm_fwd = _pipeline(fwd, [[CommOp(f"{op.name}_bcast_x", "broadcast", Group.TP_ROW, "fwd", x_panel),
+                                CommOp(f"{op.name}_bcast_w", "broadcast", Group.TP_COL, "fwd", w_panel)] for op in fwd],
                          [[] for _ in fwd])
     dgrad = [gemm(_block_name(f"{name}_dgrad", p), "bwd", m, kb, nc, dtype, role=Role.INPUT_GRAD, grad_of=name)
              for p in range(nb)] if input_grad else []
     wgrad = [gemm(_block_name(f"{name}_wgrad", p), "bwd", kb, nc, m, dtype, out_bytes=4.0, role=Role.WEIGHT_GRAD,
                   grad_of=name) for p in range(nb)]
     gemms = dgrad + wgrad
-    pre = [[CommOp(f"{op.name}_bcast_w", "broadcast", "tp_col", "bwd", w_panel)] for op in dgrad]
-    pre += [[CommOp(f"{op.name}_bcast_x", "broadcast", "tp_row", "bwd", x_panel)] for op in wgrad]
-    post = [[CommOp(f"{op.name}_reduce", "reduce", "tp_row", "bwd", x_panel)] for op in dgrad]
-    post += [[CommOp(f"{op.name}_reduce", "reduce", "tp_col", "bwd", w_panel)] for op in wgrad]
+    pre = [[CommOp(f"{op.name}_bcast_w", "broadcast", Group.TP_COL, "bwd", w_panel)] for op in dgrad]
+    pre += [[CommOp(f"{op.name}_bcast_x", "broadcast", Group.TP_ROW, "bwd", x_panel)] for op in wgrad]
+    post = [[CommOp(f"{op.name}_reduce", "reduce", Group.TP_ROW, "bwd", x_panel)] for op in dgrad]
+    post += [[CommOp(f"{op.name}_reduce", "reduce", Group.TP_COL, "bwd", w_panel)] for op in wgrad]
     comm_bwd = _pipeline(gemms, pre, post)
     return SummaLinear(tuple(fwd), tuple(gemms), tuple(comm_fwd), tuple(comm_bwd))
 
 
-def _norm_stats(name: str, shard: Shard, target: str, phase: str) -> CommOp:
+def _norm_stats(name: str, shard: Shard, target: ComputeOp, phase: Phase) -> CommOp:
     """All-reduce of per-token statistics over the row group (features are split over the columns): mean and
     variance forward, the two sums of the gradient backward (fp32)."""
     m = _split(shard.tokens, shard.tp_rows)
-    return CommOp(name, "all_reduce", "tp_row", phase, m * 2 * 4.0, target)  # type: ignore[arg-type]
+    return CommOp(name, "all_reduce", Group.TP_ROW, phase, m * 2 * 4.0, behind=target)
 
 
 def _kv_heads(model: Model, shard: Shard) -> tuple[int, int]:
@@ -202,8 +204,8 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
         f, g = _norm(name, shard, h, rms)
         fwd.append(f)
         bwd.append(g)
-        comm_fwd.append(_norm_stats(f"{name}_stats", shard, f.name, "fwd"))
-        comm_bwd.append(_norm_stats(f"{name}_stats_grad", shard, g.name, "bwd"))
+        comm_fwd.append(_norm_stats(f"{name}_stats", shard, f, "fwd"))
+        comm_bwd.append(_norm_stats(f"{name}_stats_grad", shard, g, "bwd"))
 
     # attention block
     norm("input_norm")
@@ -223,7 +225,7 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
         adt = shard.attention_dtype
         core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
         core_bwd = [attention("flash_attn_grad", "bwd", b, heads, seq_q, seq_kv, d, model.causal, adt)]
-        first_core, first_core_grad = "flash_attn", "flash_attn_grad"
+        first_core, first_core_grad = core_fwd[0], core_bwd[0]
     else:
         scores = b * heads * seq_q * seq_kv
         sf, sb = fz.softmax_bytes(shard.attention, e)
@@ -235,25 +237,28 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
             core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
         core_fwd.append(gemm("attn_av", "fwd", seq_q, d, seq_kv, gdt, batch=b * heads))
         core_bwd = [gemm("attn_av_dgrad", "bwd", seq_q, seq_kv, d, gdt, batch=b * heads, grad_of="attn_av"),
-                    gemm("attn_av_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_av")]
+                    gemm("attn_av_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_av",
+                         layout=GemmLayout.WGRAD)]
         if drop:
             core_bwd.append(_ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores))
         core_bwd += [_ew(shard, "softmax_grad", "bwd", sb * scores, 4.0 * scores),
                      gemm("attn_qk_dgrad", "bwd", seq_q, d, seq_kv, gdt, batch=b * heads, grad_of="attn_qk"),
-                     gemm("attn_qk_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_qk")]
-        first_core, first_core_grad = "attn_qk", "attn_av_dgrad"
+                     gemm("attn_qk_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_qk",
+                          layout=GemmLayout.WGRAD)]
+        first_core, first_core_grad = core_fwd[0], core_bwd[0]
     fwd += core_fwd
     bwd += core_bwd
     if rows > 1:  # the rows split the sequence: every GPU needs the keys and values of the whole (cp-local) sequence
         kv = 2 * t * groups * d * e
-        comm_fwd.append(CommOp("attn_kv_gather", "all_gather", "tp_col", "fwd", kv, first_core))
-        comm_bwd.append(CommOp("attn_kv_regather", "all_gather", "tp_col", "bwd", kv, first_core_grad))
-        comm_bwd.append(CommOp("attn_kv_grad", "reduce_scatter", "tp_col", "bwd", kv, bwd[-1].name))
+        comm_fwd.append(CommOp("attn_kv_gather", "all_gather", Group.TP_COL, "fwd", kv, behind=first_core))
+        comm_bwd.append(CommOp("attn_kv_regather", "all_gather", Group.TP_COL, "bwd", kv, behind=first_core_grad))
+        comm_bwd.append(CommOp("attn_kv_grad", "reduce_scatter", Group.TP_COL, "bwd", kv, behind=bwd[-1]))
     if cp > 1:  # ring attention over the context-parallel group, on the blocks gathered over the rows
         kv_block = 2 * b * (s // cp) * groups * d * e
-        comm_fwd.append(CommOp("cp_kv_ring", "send_recv", "cp", "fwd", (cp - 1) * kv_block, first_core, True))
-        comm_bwd.append(CommOp("cp_kv_ring_grad", "send_recv", "cp", "bwd", 2 * (cp - 1) * kv_block,
-                               first_core_grad, True))
+        comm_fwd.append(CommOp("cp_kv_ring", "send_recv", Group.CP, "fwd", (cp - 1) * kv_block, Overlap.COMPUTE,
+                               first_core))
+        comm_bwd.append(CommOp("cp_kv_ring_grad", "send_recv", Group.CP, "bwd", 2 * (cp - 1) * kv_block,
+                               Overlap.COMPUTE, first_core_grad))
     linear("attn_proj", h, model.num_attention_heads * model.v_dim)
     da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, model)
     fwd.append(da_f)
@@ -306,8 +311,10 @@ def summa_embedding_work(model: Model, shard: Shard) -> Work:
     comm_f: tuple[CommOp, ...] = ()
     comm_b: tuple[CommOp, ...] = ()
     if shard.tp_rows > 1:
-        comm_f = (CommOp("embedding_reduce", "reduce_scatter", "tp_col", "fwd", gathered * e),)
-        comm_b = (CommOp("embedding_grad_gather", "all_gather", "tp_col", "bwd", gathered * e),)
+        comm_f = (CommOp("embedding_reduce", "reduce_scatter", Group.TP_COL, "fwd", gathered * e,
+                         anchor=fwd_ops[0]),)  # after the lookup
+        comm_b = (CommOp("embedding_grad_gather", "all_gather", Group.TP_COL, "bwd", gathered * e, anchor=bwd_ops[0],
+                         before=True),)
     return Work(fwd_ops, bwd_ops, (), comm_f, comm_b)
 
 
@@ -325,9 +332,9 @@ def summa_head_work(model: Model, shard: Shard) -> Work:
     ce_f = _ew(shard, "cross_entropy", "fwd", cf * logits, 4.0 * logits)
     ce_b = _ew(shard, "cross_entropy_grad", "bwd", cb * logits, 3.0 * logits)
     m = _split(t, shard.tp_rows)
-    comm_f = (_norm_stats("final_norm_stats", shard, ln_f.name, "fwd"), *lin.comm_fwd,
-              CommOp("cross_entropy_stats", "all_reduce", "tp_row", "fwd", m * 3 * 4.0, ce_f.name))
-    comm_b = (*lin.comm_bwd, _norm_stats("final_norm_stats_grad", shard, ln_b.name, "bwd"))
+    comm_f = (_norm_stats("final_norm_stats", shard, ln_f, "fwd"), *lin.comm_fwd,
+              CommOp("cross_entropy_stats", "all_reduce", Group.TP_ROW, "fwd", m * 3 * 4.0, behind=ce_f))
+    comm_b = (*lin.comm_bwd, _norm_stats("final_norm_stats_grad", shard, ln_b, "bwd"))
     acc = _grad_accumulation(shard, "lm_head_grad_accumulation", v / shard.tp * h) \
         if model.untie_embeddings_and_output_weights else ()
     return Work((ln_f, *lin.fwd, ce_f), (ce_b, *lin.bwd, ln_b, *acc), (), comm_f, comm_b)
