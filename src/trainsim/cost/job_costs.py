@@ -10,7 +10,7 @@ from any :class:`CostModel` (e.g. measured tables).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
@@ -184,7 +184,7 @@ def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap
     # a split-backward schedule runs the weight gradients later: collectives cannot hide behind them
     bwd_ops = OpSet(op for op in work.bwd if not (split_backward and op.is_weight_grad))
     times = {op: c(op) for op in (*work.fwd, *work.bwd)}
-    fwd = sum(c(op) for op in work.fwd)
+    fwd = sum(times[op] for op in work.fwd)  # priced once above (the same pure lookup)
     re = sum(c(op) for op in work.recompute)
     bwd = sum(times[op] for op in work.bwd) + re
     wgrad = sum(times[op] for op in work.bwd if op.is_weight_grad)
@@ -398,9 +398,18 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
     dp_place = places[Group.DP_CP]
     slow = model.calibration.overlap_slowdown
     stages = []
+    # a stage's costs depend on its index only through its layer kinds and counts and whether it holds the
+    # embedding or the head: stages alike in those share one computation (most stages of a uniform split)
+    alike: dict[tuple[object, ...], StageCost] = {}
     for s, layers in enumerate(job.layers_per_stage):
+        counts = stage_layer_counts(job, s)
+        key = (tuple(counts.items()), layers, s == 0, s == job.head_stage)
+        twin = alike.get(key)
+        if twin is not None:
+            stages.append(replace(twin, stage=s))
+            continue
         body = BlockCost()
-        for kind, count in stage_layer_counts(job, s).items():
+        for kind, count in counts.items():
             body = body + block(kind).scaled(count)
         dense, expert = stage_parameter_split(job, s)
         params = dense + expert
@@ -430,4 +439,5 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             p2p=p2p, grad_sync=grad_sync, grad_bucket=grad_bucket, param_gather=gather, param_bucket=bucket_gather,
             embedding_sync=emb_sync, optimizer=opt, zero3_exposed=zero3,
         ))
+        alike[key] = stages[-1]
     return stages

@@ -38,6 +38,8 @@ SURFACE_GENERATIONS = frozenset({"hopper"})
 TABLE = ("data", "profiles", "h100-kernels", "h100-kernels.parquet")
 #: H100 SXM5 dense peaks (datasheet) that turn measured throughput into efficiency.
 H100_PEAK = {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12}
+#: Shapes whose interpolated throughput a surface keeps (cleared when full).
+MEMO_SIZE = 65_536
 KEEP = ("name", "phase", "kind", "dtype", "batch", "m", "n", "k", "attn_batch", "attn_heads", "attn_seq_q",
         "attn_seq_kv", "attn_head_dim", "attn_causal", "layout", "flops", "time_s", "time_min_s", "time_max_s",
         "repetitions", "source", "backend", "device_name", "gpu", "torch_version", "cuda_version", "cudnn_version",
@@ -58,9 +60,25 @@ class KernelSurface:
 
     ops: object  # OpTimes (imported lazily: tables imports job_costs)
     gpu: str = MEASURED_GPU
+    #: throughput per op shape already interpolated (a pure function of the op and the grids); bounded because an
+    #: open search meets many shapes
+    _memo: dict[ComputeOp, float | None] = field(default_factory=dict, repr=False, compare=False)
 
     def throughput(self, op: ComputeOp) -> float | None:
         """Measured FLOP/s of ``op``'s shape on the measured GPU (large dimensions clamped to the grid), or None."""
+        memo = self._memo
+        if op in memo:
+            return memo[op]
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        value = memo[op] = self._interpolate(op)
+        return value
+
+    def clear_memo(self) -> None:
+        """Forget the interpolated shapes (benchmarks of a cold prediction)."""
+        self._memo.clear()
+
+    def _interpolate(self, op: ComputeOp) -> float | None:
         from trainsim.cost.tables import OpTimes, gemm_layout
 
         ops = self.ops
@@ -100,7 +118,7 @@ class SurfaceCostModel(AnalyticCostModel):
 
     surface: KernelSurface | None = None
     measured_gpu: bool = False  # the job runs on the measured GPU itself (not only its shape model)
-    _hits: dict[ComputeOp, float] = field(default_factory=dict, repr=False)
+    _hits: dict[ComputeOp, float | None] = field(default_factory=dict, repr=False)  # misses too (None)
 
     def _surface_time(self, op: ComputeOp) -> float | None:
         if op in self._hits:
@@ -114,8 +132,7 @@ class SurfaceCostModel(AnalyticCostModel):
             scale = (self.calibration.measured_fp8_kernel_scale if op.dtype == "fp8"
                      else self.calibration.measured_kernel_scale)
             t = op.flops / (thr / ref * peak * scale)
-        if t is not None:
-            self._hits[op] = t
+        self._hits[op] = t
         return t
 
     def compute(self, op: ComputeOp) -> float:

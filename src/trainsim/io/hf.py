@@ -23,6 +23,7 @@ the default reader needs nothing but the JSON file.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -318,14 +319,15 @@ def read_config(path: str | Path, via: Literal["json", "transformers", "auto"] =
     if via == "json" or not isinstance(cfg, dict):
         return cfg, p
     try:
-        from transformers import AutoConfig
+        # the optional `hf` extra, imported by name so that type checking gives the same result with or without it
+        auto_config: Any = importlib.import_module("transformers").AutoConfig
     except ImportError:
         if via == "transformers":
             raise TrainsimError("model", "reading configs through transformers needs the hf extra",
                                 "pip install 'trainsim[hf]', or read the JSON directly") from None
         return cfg, p
     try:
-        config_class = AutoConfig.for_model(str(cfg.get("model_type")))
+        config_class = auto_config.for_model(str(cfg.get("model_type")))
         full = config_class.from_dict(cfg).to_dict()
     except (ValueError, KeyError, TypeError) as exc:
         if via == "transformers":

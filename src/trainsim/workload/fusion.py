@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainsim.spec.training import grad_element_bytes
+from trainsim.workload.memo import per_job
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -62,6 +63,7 @@ class Fusion:
 DEFAULT_FUSION = Fusion()
 
 
+@per_job
 def fusion_of(job: Job) -> Fusion:
     """The :class:`Fusion` of a job's resolved framework."""
     fw = job.framework

@@ -43,6 +43,7 @@ from trainsim.spec.training import element_bytes, grad_element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
 from trainsim.workload.layers import Shard, expert_rows, shard_of
+from trainsim.workload.memo import per_job
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
@@ -289,6 +290,28 @@ def stage_parameter_split(job: Job, stage: int) -> tuple[float, float]:
     return params, expert
 
 
+@per_job
+def _param_bytes(job: Job) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """(weights, gradients, optimizer) bytes per parameter of ``job``: non-expert, then routed-expert parameters."""
+    tr, fw = job.training, job.framework
+    stage = sharding_of(job).memory_stage
+    dense = bytes_per_param(tr.precision, stage, job.dp * job.parallelism.cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
+    expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    return dense, expert
+
+
+@per_job
+def _layer_activations(job: Job) -> dict[tuple[bool, str], float]:
+    """:func:`layer_activation_bytes` of one micro-batch for every (is MoE, recompute mode) layer kind of ``job``
+    (and each kind without recompute: the working set of a layer being recomputed). Read-only for callers."""
+    shard = shard_of(job)
+    kinds = {kind for stage in range(job.parallelism.pp) for kind in stage_layer_counts(job, stage)}
+    kinds |= {(is_moe, "none") for is_moe, _mode in kinds}
+    return {(is_moe, mode): layer_activation_bytes(job.model, shard.with_recompute(mode), is_moe)
+            for is_moe, mode in kinds}
+
+
 def stage_memory(job: Job, stage: int, shard: Shard | None = None) -> StageMemory:
     """Peak memory of one GPU of ``stage`` (``shard``: the job's :func:`~trainsim.workload.layers.shard_of`, given
     when the caller already has it)."""
@@ -300,9 +323,7 @@ def stage_memory(job: Job, stage: int, shard: Shard | None = None) -> StageMemor
     sh = sharding_of(job)
     fw = job.framework
     shard = shard or shard_of(job)  # one micro-batch on one GPU of this job: sizes, split, element bytes, recompute
-    w, g, o = bytes_per_param(tr.precision, sh.memory_stage, job.dp * cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
-    # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
-    we, ge, oe = bytes_per_param(tr.precision, sh.memory_stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    (w, g, o), (we, ge, oe) = _param_bytes(job)
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
@@ -312,10 +333,11 @@ def stage_memory(job: Job, stage: int, shard: Shard | None = None) -> StageMemor
     q = shard.saved_input_bytes
     per_mb = 0.0
     full_layer = 0.0
+    acts = _layer_activations(job)
     for (is_moe, mode), count in stage_layer_counts(job, stage).items():
-        per_mb += count * layer_activation_bytes(model, shard.with_recompute(mode), is_moe)
+        per_mb += count * acts[(is_moe, mode)]
         if mode == "full":  # the layer being recomputed holds its whole working set during its backward
-            full_layer = max(full_layer, layer_activation_bytes(model, shard.with_recompute("none"), is_moe))
+            full_layer = max(full_layer, acts[(is_moe, "none")])
     tokens = b * seq / cp
     if stage == 0:
         per_mb += embedding_dropout_bytes(model, shard)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainsim.spec.training import element_bytes, grad_element_bytes
+from trainsim.workload.memo import per_job
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -82,6 +83,7 @@ class Sharding:
 DEEPSPEED_ZERO3_MODULES_PER_LAYER = 6
 
 
+@per_job
 def sharding_of(job: Job) -> Sharding:
     """The data-parallel behaviour of ``job``."""
     tr, par, fw = job.training, job.parallelism, job.framework

@@ -8,6 +8,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from trainsim.workload.memo import per_job
+
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
 
@@ -48,9 +50,15 @@ def stage_layer_counts(job: Job, stage: int) -> dict[tuple[bool, str], int]:
     Called for every stage by the cost, memory and FLOP models (and for every search candidate), so the layer kinds
     are cached on the few values they depend on.
     """
+    return dict(_all_stage_counts(job)[stage])
+
+
+@per_job
+def _all_stage_counts(job: Job) -> tuple[tuple[tuple[tuple[bool, str], int], ...], ...]:
     par, model, tr = job.parallelism, job.model, job.training
-    return dict(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.moe_layer_flags,
-                              tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape))
+    return tuple(_stage_counts(job.virtual_stage_layers, par.pp, par.vpp, stage, model.moe_layer_flags,
+                               tr.recompute_granularity, tr.recompute_num_layers, job.pipeline.v_shape)
+                 for stage in range(par.pp))
 
 
 @lru_cache(maxsize=8192)
