@@ -74,7 +74,8 @@ def test_switch_constants_are_valid_field_values():
             if spec in USER_SPECS:  # a field of a spec built from keywords: the constant must validate
                 required = {"Model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100},
                             "Training": {"global_batch_size": 8}}.get(spec.__name__, {})
-                spec(**{**required, o.field: o.const})
+                built = spec(**{**required, o.field: o.const})
+                assert getattr(built, o.field) == o.const, o.flags[0]
 
 
 def test_search_dimensions_are_flags():
