@@ -279,6 +279,40 @@ class _AttentionOps(NamedTuple):
     proj: Linear  # the output projection's forward, data- and weight-gradient GEMMs
 
 
+
+def core_attention(shard: Shard, model: Model, b: int, heads: int, d: int, dt: str, seq_q: int,
+                   seq_kv: int) -> tuple[list[ComputeOp], list[ComputeOp]]:
+    """The core attention of one micro-batch on one GPU (forward ops, backward ops) for ``heads`` local heads of
+    dimension ``d``, ``seq_q`` queries against ``seq_kv`` keys: the fused flash kernel, or Megatron's core attention
+    on the scores — QKᵀ and AV as batched GEMMs, the softmax (fused kernel, or the eager fp32 chain:
+    :mod:`trainsim.workload.fusion`) and attention dropout (when the model and the stack run it) as memory-bound
+    kernels. The one owner of these ops for the 1D layer and the 2D (SUMMA) grid."""
+    if shard.attention == "flash":
+        adt = shard.attention_dtype
+        return ([attention("flash_attn", "fwd", b, heads, seq_q, seq_kv, d, model.causal, adt)],
+                [attention("flash_attn_grad", "bwd", b, heads, seq_q, seq_kv, d, model.causal, adt)])
+    e = shard.act_bytes
+    scores = b * heads * seq_q * seq_kv
+    sf, sb = fz.softmax_bytes(shard.attention, e)
+    drop = model.attention_dropout > 0 and shard.fusion.dropout
+    gdt = "bf16" if dt == "fp8" else dt
+    fwd = [gemm("attn_qk", "fwd", seq_q, seq_kv, d, gdt, batch=b * heads),
+           _ew(shard, "softmax", "fwd", sf * scores, 5.0 * scores)]
+    if drop:
+        fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
+    fwd.append(gemm("attn_av", "fwd", seq_q, d, seq_kv, gdt, batch=b * heads))
+    bwd = [gemm("attn_av_dgrad", "bwd", seq_q, seq_kv, d, gdt, batch=b * heads, grad_of="attn_av"),
+           gemm("attn_av_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_av",
+                layout=GemmLayout.WGRAD)]  # of V
+    if drop:
+        bwd.append(_ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores))
+    bwd += [_ew(shard, "softmax_grad", "bwd", sb * scores, 4.0 * scores),
+            gemm("attn_qk_dgrad", "bwd", seq_q, d, seq_kv, gdt, batch=b * heads, grad_of="attn_qk"),
+            gemm("attn_qk_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_qk",
+                 layout=GemmLayout.WGRAD)]  # of K
+    return fwd, bwd
+
+
 def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
     b, s, tp, cp = shard.micro_batch, shard.seq, shard.tp, shard.cp
     h, d = model.hidden_size, model.head_dim
@@ -289,8 +323,6 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
     dt = shard.gemm_dtype
     fwd: list[ComputeOp] = []
     bwd: list[ComputeOp] = []
-    core_fwd: list[ComputeOp] = []
-    core_bwd: list[ComputeOp] = []
 
     ln_f, ln_b = _norm("input_norm", shard, h, model.normalization == "RMSNorm")
     fwd.append(ln_f)
@@ -318,34 +350,11 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
             fwd.append(_ew(shard, "rope", "fwd", rf * n, 3.0 * n))
             bwd.append(_ew(shard, "rope_grad", "bwd", rb * n, 3.0 * n))
     if shard.attention == "flash":
-        seq_q = s // cp
-        adt = shard.attention_dtype
         # sliding-window / chunked layers: the keys actually attended, averaged over the layers
-        seq_kv = max(1, round(s * model.attention_span(s))) if model.causal else s
-        core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
-        core_bwd.append(attention("flash_attn_grad", "bwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
+        seq_q, seq_kv = s // cp, (max(1, round(s * model.attention_span(s))) if model.causal else s)
     else:
-        # Megatron's core attention on the s² scores: QKᵀ and AV as batched GEMMs over all s² scores (the causal
-        # mask does not save work), the softmax (fused kernel, or the eager fp32 chain: trainsim.workload.fusion)
-        # and attention dropout (when the model and the stack run it) as memory-bound kernels.
-        scores = b * heads * s * s
-        sf, sb = fz.softmax_bytes(shard.attention, e)
-        drop = model.attention_dropout > 0 and shard.fusion.dropout
-        gdt = "bf16" if dt == "fp8" else dt
-        core_fwd.append(gemm("attn_qk", "fwd", s, s, d, gdt, batch=b * heads))
-        core_fwd.append(_ew(shard, "softmax", "fwd", sf * scores, 5.0 * scores))
-        if drop:
-            core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
-        core_fwd.append(gemm("attn_av", "fwd", s, d, s, gdt, batch=b * heads))
-        core_bwd += [gemm("attn_av_dgrad", "bwd", s, s, d, gdt, batch=b * heads, grad_of="attn_av"),
-                     gemm("attn_av_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_av",
-                          layout=GemmLayout.WGRAD)]  # of V
-        if drop:
-            core_bwd.append(_ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores))
-        core_bwd += [_ew(shard, "softmax_grad", "bwd", sb * scores, 4.0 * scores),
-                     gemm("attn_qk_dgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk"),
-                     gemm("attn_qk_wgrad", "bwd", s, d, s, gdt, batch=b * heads, grad_of="attn_qk",
-                          layout=GemmLayout.WGRAD)]  # of K
+        seq_q = seq_kv = s  # the unfused path computes all s² scores (the causal mask does not save work)
+    core_fwd, core_bwd = core_attention(shard, model, b, heads, d, dt, seq_q, seq_kv)
     fwd += core_fwd
     bwd += core_bwd
     vd = model.v_dim

@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
 from trainsim.workload import fusion as fz
-from trainsim.workload.layers import Shard, Work, _casts, _dropout_add, _ew, _grad_accumulation, _norm
-from trainsim.workload.ops import CommOp, ComputeOp, GemmLayout, Group, Overlap, Phase, Role, attention, gemm
+from trainsim.workload.layers import Shard, Work, _casts, _dropout_add, _ew, _grad_accumulation, _norm, core_attention
+from trainsim.workload.ops import CommOp, ComputeOp, Group, Overlap, Phase, Role, gemm
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -190,7 +190,6 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
     bwd: list[ComputeOp] = []
     comm_fwd: list[CommOp] = []
     comm_bwd: list[CommOp] = []
-    core_fwd: list[ComputeOp] = []
 
     def linear(name: str, n: int, k: int) -> None:
         lin = summa_linear(name, shard, t, n, k, dt)
@@ -221,31 +220,8 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
     s = shard.seq
     seq_q = _split(s // cp, rows)
     seq_kv = max(1, round(s * model.attention_span(s))) if model.causal else s
-    if shard.attention == "flash":
-        adt = shard.attention_dtype
-        core_fwd.append(attention("flash_attn", "fwd", b, heads, seq_q, seq_kv, d, model.causal, adt))
-        core_bwd = [attention("flash_attn_grad", "bwd", b, heads, seq_q, seq_kv, d, model.causal, adt)]
-        first_core, first_core_grad = core_fwd[0], core_bwd[0]
-    else:
-        scores = b * heads * seq_q * seq_kv
-        sf, sb = fz.softmax_bytes(shard.attention, e)
-        drop = model.attention_dropout > 0 and shard.fusion.dropout
-        gdt = "bf16" if dt == "fp8" else dt
-        core_fwd.append(gemm("attn_qk", "fwd", seq_q, seq_kv, d, gdt, batch=b * heads))
-        core_fwd.append(_ew(shard, "softmax", "fwd", sf * scores, 5.0 * scores))
-        if drop:
-            core_fwd.append(_ew(shard, "attn_dropout", "fwd", (2 * e + 1) * scores))
-        core_fwd.append(gemm("attn_av", "fwd", seq_q, d, seq_kv, gdt, batch=b * heads))
-        core_bwd = [gemm("attn_av_dgrad", "bwd", seq_q, seq_kv, d, gdt, batch=b * heads, grad_of="attn_av"),
-                    gemm("attn_av_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_av",
-                         layout=GemmLayout.WGRAD)]
-        if drop:
-            core_bwd.append(_ew(shard, "attn_dropout_grad", "bwd", (2 * e + 1) * scores))
-        core_bwd += [_ew(shard, "softmax_grad", "bwd", sb * scores, 4.0 * scores),
-                     gemm("attn_qk_dgrad", "bwd", seq_q, d, seq_kv, gdt, batch=b * heads, grad_of="attn_qk"),
-                     gemm("attn_qk_wgrad", "bwd", seq_kv, d, seq_q, gdt, batch=b * heads, grad_of="attn_qk",
-                          layout=GemmLayout.WGRAD)]
-        first_core, first_core_grad = core_fwd[0], core_bwd[0]
+    core_fwd, core_bwd = core_attention(shard, model, b, heads, d, dt, seq_q, seq_kv)
+    first_core, first_core_grad = core_fwd[0], core_bwd[0]
     fwd += core_fwd
     bwd += core_bwd
     if rows > 1:  # the rows split the sequence: every GPU needs the keys and values of the whole (cp-local) sequence
