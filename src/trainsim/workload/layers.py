@@ -18,6 +18,7 @@ from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
+from trainsim.workload.memo import per_job
 from trainsim.workload.ops import (
     Collective,
     CommOp,
@@ -137,6 +138,7 @@ class Work:
     tags: tuple[str, ...] = field(default=())
 
 
+@per_job
 def shard_of(job: Job) -> Shard:
     """The :class:`Shard` of a job."""
     par, tr = job.parallelism, job.training

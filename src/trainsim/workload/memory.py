@@ -312,9 +312,8 @@ def _layer_activations(job: Job) -> dict[tuple[bool, str], float]:
             for is_moe, mode in kinds}
 
 
-def stage_memory(job: Job, stage: int, shard: Shard | None = None) -> StageMemory:
-    """Peak memory of one GPU of ``stage`` (``shard``: the job's :func:`~trainsim.workload.layers.shard_of`, given
-    when the caller already has it)."""
+def stage_memory(job: Job, stage: int) -> StageMemory:
+    """Peak memory of one GPU of ``stage``."""
     model, par, tr = job.model, job.parallelism, job.training
     tp, pp, cp = par.tp, par.pp, par.cp
     b, seq = tr.micro_batch_size, job.seq_length
@@ -322,7 +321,7 @@ def stage_memory(job: Job, stage: int, shard: Shard | None = None) -> StageMemor
     dense, expert = stage_parameter_split(job, stage)
     sh = sharding_of(job)
     fw = job.framework
-    shard = shard or shard_of(job)  # one micro-batch on one GPU of this job: sizes, split, element bytes, recompute
+    shard = shard_of(job)  # one micro-batch on one GPU of this job: sizes, split, element bytes, recompute
     (w, g, o), (we, ge, oe) = _param_bytes(job)
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
@@ -395,5 +394,4 @@ def device_peak(stages: Sequence[StageMemory], capacity_bytes: float) -> tuple[f
 
 def memory_per_stage(job: Job) -> list[StageMemory]:
     """Peak memory of every pipeline stage."""
-    shard = shard_of(job)
-    return [stage_memory(job, s, shard) for s in range(job.parallelism.pp)]
+    return [stage_memory(job, s) for s in range(job.parallelism.pp)]
