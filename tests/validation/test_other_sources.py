@@ -107,6 +107,34 @@ def test_empty_cells_take_the_framework_defaults(tmp_path):
     assert stated.job.training.micro_batch_size == 2 and stated.job.training.zero_stage == 0
 
 
+@pytest.mark.parametrize(("cells", "field", "expected"), [
+    ({"zero": "ZeRO-3"}, "zero_stage", 3), ({"zero": "3 (FSDP)"}, "zero_stage", 3),
+    ({"zero": "FULL_SHARD", "source": "PyTorch FSDP"}, "zero_stage", 3),
+    ({"zero": "distributed optimizer"}, "zero_stage", 1), ({"zero": "stage 2", "source": "DeepSpeed"}, "zero_stage", 2),
+    ({"recompute": "full (uniform, every layer)"}, "recompute_granularity", "full"),
+    ({"recompute": "activation checkpointing"}, "recompute_granularity", "full"),
+    ({"recompute": "Selective"}, "recompute_granularity", "selective"),
+    ({"precision": "FP8 (MXFP8)", "gpu": "B200"}, "fp8_recipe", "mxfp8"),
+    ({"precision": "bfloat16"}, "precision", "bf16"),
+])
+def test_cells_written_in_words(tmp_path, cells, field, expected):
+    assert getattr(one(tmp_path, **cells).job.training, field) == expected
+
+
+def test_unreadable_cell_is_reported(tmp_path):
+    table = load_table(write(tmp_path, [row("ok_1"), row("z_1", zero="sometimes")]))
+    assert [s.id for s in table.skipped] == ["z_1"] and table.skipped[0].reason.startswith("zero:")
+
+
+def test_gpt_presets_under_nemo_train_without_dropout(tmp_path):
+    gpt3 = one(tmp_path, model="GPT-3 175B", L=96, h=12288, heads=96, vocab=51200, num_gpus=512, tp=8, pp=8, vpp=6,
+               global_batch=2048, source="NVIDIA NeMo performance summary").job.model
+    assert gpt3.hidden_dropout == 0.0 and gpt3.vocab_size == 51200 and not gpt3.swiglu
+    bloom = one(tmp_path, model="BLOOM 176B", L=70, h=14336, heads=112, tp=4, pp=12, num_gpus=384, global_batch=2048,
+                source="BigScience Megatron-DeepSpeed").job
+    assert bloom.model.position_embedding_type == "alibi" and bloom.model.hidden_dropout == 0.0
+
+
 def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
     cells = {"source": "Megatron-Core 2024", "model": "GPT 6.7B", "L": 32, "h": 4096, "heads": 32, "seq": 4096,
              "global_batch": 256, "tp": 2}

@@ -36,7 +36,7 @@ import math
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -53,11 +53,13 @@ from trainsim.validation.row_rules import (
     NO_DROPOUT_GPT_FRAMEWORKS,
     NVL_TRAY_GPUS,
     SYSTEM_FOR_GPU_KEY,
+    Family,
     family_of,
     infer_framework,
     system_for_gpu,
 )
 
+FP8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 #: Defaults for empty cells, per framework on top of :data:`ROW_DEFAULTS` (module docstring gives the sources).
 ROW_DEFAULTS: dict[str, Any] = {"precision": "bf16", "sp": False, "recompute": "none", "micro_batch": 1,
                                 "overlap_p2p_comm": True}
@@ -68,11 +70,15 @@ FRAMEWORK_ROW_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _TRUE = {"on", "true", "yes", "y", "1", "1.0"}
 _FALSE = {"off", "false", "no", "n", "0", "0.0", "none"}
-_RECOMPUTE: dict[str, Recompute] = {
-    "none": "none", "no": "none", "off": "none", "false": "none", "selective": "selective", "full": "full",
-    "uniform": "full", "block": "full", "yes": "full", "true": "full"}
-_SHARD_WORDS = {"fsdp": 3, "fsdp2": 3, "full_shard": 3, "fully_shard": 3, "hsdp": 3, "hybrid_shard": 3,
-                "shard_grad_op": 2, "distributed optimizer": 1, "distributed_optimizer": 1, "dist-opt": 1}
+#: Recompute cell: the first keyword found (case-insensitive) gives the granularity.
+_RECOMPUTE: tuple[tuple[str, Recompute], ...] = (
+    (r"selective", "selective"), (r"full|uniform|block|checkpoint|\byes\b|\btrue\b", "full"),
+    (r"\bnone\b|\bno\b|\boff\b|\bfalse\b", "none"))
+#: Zero cell: a stage number after zero/stage, a bare number, or a sharding word (first found wins).
+_SHARD_WORDS: tuple[tuple[str, int], ...] = (
+    (r"shard_grad_op", 2), (r"fsdp|full_shard|fully_shard|hsdp|hybrid_shard", 3),
+    (r"distributed[\s_-]*optimi[sz]er|dist[\s_-]*opt", 1))
+_FP8_RECIPES: tuple[FP8Recipe, ...] = ("mxfp8", "blockwise", "tensorwise", "delayed")
 
 
 def row_defaults(framework: str) -> dict[str, Any]:
@@ -122,9 +128,10 @@ def _recompute(row: pd.Series) -> Recompute | None:
     s = _text(row, "recompute")
     if s is None:
         return None
-    if s.lower() not in _RECOMPUTE:
-        raise RowError(f"recompute: {s!r} is not full, selective or none")
-    return _RECOMPUTE[s.lower()]
+    for pattern, value in _RECOMPUTE:
+        if re.search(pattern, s, re.IGNORECASE):
+            return value
+    raise RowError(f"recompute: {s!r} is not full, selective or none")
 
 
 def _zero(row: pd.Series) -> int | None:
@@ -134,12 +141,19 @@ def _zero(row: pd.Series) -> int | None:
     low = s.lower()
     if low in _FALSE:
         return 0
-    if low in _SHARD_WORDS:
-        return _SHARD_WORDS[low]
-    found = re.fullmatch(r"(?:zero|stage)?[\s_-]*([0-3])(?:\.0)?", low)
-    if found is None:
-        raise RowError(f"zero: {s!r} is not a ZeRO stage (none, 1, 2, 3, fsdp)")
-    return int(found.group(1))
+    found = re.search(r"(?:zero|stage)[\s_-]*([0-3])(?!\d)", low) or re.fullmatch(r"([0-3])(?:\.0)?", low)
+    if found is not None:
+        return int(found.group(1))
+    for pattern, stage in _SHARD_WORDS:
+        if re.search(pattern, low):
+            return stage
+    raise RowError(f"zero: {s!r} is not a ZeRO stage (none, 1, 2, 3, fsdp)")
+
+
+def _fp8_recipe(row: pd.Series) -> FP8Recipe | None:
+    """The FP8 scaling recipe named in the precision cell (mxfp8, blockwise, tensorwise, delayed), if any."""
+    low = (_text(row, "precision") or "").lower()
+    return next((r for r in _FP8_RECIPES if r in low), None)
 
 
 _PRECISION: tuple[tuple[str, Precision], ...] = (
@@ -210,6 +224,13 @@ def matching_preset(name: str, layers: int, hidden: int, heads: int, kv: int | N
     return (named or found or [None])[0]
 
 
+def _dropout(family: Family, framework: str) -> dict[str, Any]:
+    """The family's dropout (GPT under Megatron-Core / NeMo: none, as their GPT configs)."""
+    if family.name == "gpt" and framework in NO_DROPOUT_GPT_FRAMEWORKS:
+        return {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    return {k: v for k, v in family.fields.items() if k in ("hidden_dropout", "attention_dropout")}
+
+
 def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
     """The row's model: a preset of the same shape, else the family rules of the model name."""
     name = _text(row, "model") or "custom"
@@ -217,21 +238,20 @@ def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
     kv, ffn, vocab, seq = _int(row, "kv_heads"), _int(row, "ffn"), _int(row, "vocab"), _required_int(row, "seq")
     preset = matching_preset(name, layers, hidden, heads, kv)
     if preset is not None:
-        fields = preset.model_dump(exclude={"name", "seq_length", "source", "approximations"})
+        fields: dict[str, Any] = preset.model_dump(exclude={"name", "seq_length", "source", "approximations"})
         if kv is not None:
             fields["num_query_groups"] = kv
         if ffn is not None and not preset.is_moe:
             fields["ffn_hidden_size"] = ffn
         if vocab is not None:
             fields["vocab_size"] = vocab
+        fields |= _dropout(family_of(preset.name), framework)
         return Model(name=name, seq_length=seq, **fields), [f"architecture of model preset {preset.name}"]
     if MOE_NAME.search(name):
         raise RowError(f"model: {name!r} looks like a mixture-of-experts model and no model preset has its shape "
                        f"(L={layers}, h={hidden}, heads={heads}); the schema has no expert columns")
     fam = family_of(name)
-    fields = dict(fam.fields)
-    if fam.name == "gpt" and framework in NO_DROPOUT_GPT_FRAMEWORKS:
-        fields |= {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    fields = {**fam.fields, **_dropout(fam, framework)}
     notes = [f"model family {fam.name}"]
     if ffn is None:
         ffn = megatron_swiglu_ffn(hidden) if fam.gated_ffn else 4 * hidden
@@ -309,7 +329,8 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str) -> tuple[Training, 
     torch_ddp = "ddp impl=torch" in notes.lower()
     training = Training(micro_batch_size=mbs, global_batch_size=_required_int(row, "global_batch"),
                         seq_length=_required_int(row, "seq"), recompute_granularity=recompute, zero_stage=zero,
-                        precision=precision, overlap_grad_reduce=True if torch_ddp else None,
+                        precision=precision, fp8_recipe=_fp8_recipe(row) if precision == "fp8" else None,
+                        overlap_grad_reduce=True if torch_ddp else None,
                         overlap_p2p_comm=d["overlap_p2p_comm"])
     return training, assumed
 
