@@ -333,3 +333,48 @@ def test_cli_file_problems_are_one_line_errors(tmp_path, capsys, problem):
         words = ["--held-out"]
     code, _out, err = run(args, capsys)
     check_one_line_error(code, err, *words)
+
+
+def test_generic_rules_reproduce_every_packaged_row(tmp_path):
+    """The packaged rows under ids no source default knows: framework from the source text, settings from the notes'
+    Megatron flags and the framework defaults give the same jobs and measured times as the hand-written defaults."""
+    from importlib import resources
+
+    from trainsim.estimate import estimate
+
+    with (resources.files("trainsim") / "data" / "published" / "measurements.csv").open() as f:
+        table = pd.read_csv(f)
+    legacy = {m.id: m for m in load_table().rows}
+    table["id"] = "x" + table["id"]
+    path = tmp_path / "renamed.csv"
+    table.to_csv(path, index=False)
+    generic = load_table(path)
+    assert not generic.skipped
+    assert len(generic.rows) == len(legacy) == 39
+    for m in generic.rows:
+        old = legacy[m.id[1:]]
+        assert m.job.framework.name == old.job.framework.name, m.id
+        assert m.measured_iter_s == pytest.approx(old.measured_iter_s, rel=1e-12), m.id
+        assert estimate(m.job).iteration_time_s == pytest.approx(estimate(old.job).iteration_time_s, rel=1e-9), m.id
+
+
+def test_megatron_flags_in_the_notes_fill_empty_cells(tmp_path):
+    m = one(tmp_path, source="Megatron-Core", tp=2, notes="ran with --overlap-param-gather --tp-comm-overlap "
+            "--recompute-granularity selective --micro-batch-size 2")
+    tr = m.job.training
+    assert m.job.parallelism.sequence_parallel and tr.zero_stage == 1  # implied by the two overlap flags
+    assert tr.overlap_param_gather and tr.tp_comm_overlap and tr.recompute_granularity == "selective"
+    assert tr.micro_batch_size == 2
+    cell = one(tmp_path, source="Megatron-Core", tp=2, sp="off", notes="--sequence-parallel in other runs")
+    assert not cell.job.parallelism.sequence_parallel  # a cell wins over the notes
+
+
+def test_deepspeed_tflops_use_eq3_with_the_recompute_factor(tmp_path):
+    from trainsim.validation.measurements import eq3_flops
+
+    cells = {"source": "Megatron-DeepSpeed", "measured_iter_s": None, "measured_tflops_per_gpu": 150.0,
+             "vocab": 50257}
+    full = one(tmp_path, **cells, recompute="full")
+    assert full.measured_iter_s == pytest.approx(eq3_flops(full.job.model, 64, 2048, 50257, True) / (150e12 * 8))
+    none = one(tmp_path, **cells, recompute="none")
+    assert none.measured_iter_s == pytest.approx(full.measured_iter_s * 3 / 4)

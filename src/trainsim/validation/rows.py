@@ -2,8 +2,10 @@
 
 Used for every row whose source is not one of the four packaged ones (those keep their
 :data:`~trainsim.validation.measurements.SOURCE_DEFAULTS`). The framework, system and model family come from the
-documented tables of :mod:`trainsim.validation.row_rules`; empty cells take the framework's defaults, all listed
-here and in docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
+documented tables of :mod:`trainsim.validation.row_rules`; an empty cell takes the setting the notes state as a
+Megatron argument (:data:`~trainsim.validation.row_rules.NOTES_FLAGS`, e.g. ``--sequence-parallel``,
+``--use-distributed-optimizer``, ``--overlap-grad-reduce``), else the framework's default, all listed here and in
+docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
 
 - ``precision``: bf16 (fp16 for ``megatron-lm-2021``, whose 2021 examples train with ``--fp16``);
 - ``micro_batch``: 1; ``tp``, ``pp``, ``vpp``, ``cp`` (and the optional ``ep`` column): 1; ``dp``: from
@@ -49,6 +51,7 @@ from trainsim.spec.system import System
 from trainsim.spec.training import Precision, Recompute, Training
 from trainsim.validation.measurements import MEASURED_COLUMNS, Measurement, RowError, measured_iteration_time
 from trainsim.validation.row_rules import (
+    EQ3_FRAMEWORKS,
     MOE_NAME,
     NO_DROPOUT_GPT_FRAMEWORKS,
     NVL_TRAY_GPUS,
@@ -56,6 +59,7 @@ from trainsim.validation.row_rules import (
     Family,
     family_of,
     infer_framework,
+    notes_flags,
     system_for_gpu,
 )
 
@@ -299,12 +303,25 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str) -
                    "first_stage_layers/last_stage_layers columns)")
 
 
-def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str) -> tuple[Parallelism, list[str]]:
-    """Parallel degrees (empty: 1; dp from the GPU count) and the pipeline split."""
+def _pick(key: str, cell: Any, stated: dict[str, Any], default: Any, assumed: list[str] | None) -> Any:
+    """The row's cell; else the setting stated in the notes; else the default (noted in ``assumed``)."""
+    if cell is not None:
+        return cell
+    if key in stated:
+        if assumed is not None:
+            assumed.append(f"{key} {stated[key]} (from the notes)")
+        return stated[key]
+    if assumed is not None:
+        assumed.append(f"{key} {default} (framework default)")
+    return default
+
+
+def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
+                    stated: dict[str, Any]) -> tuple[Parallelism, list[str]]:
+    """Parallel degrees (empty: 1; dp from the GPU count), sequence parallelism and the pipeline split."""
     tp, pp, vpp, cp, ep = (_int(row, k) or 1 for k in ("tp", "pp", "vpp", "cp", "ep"))
-    sp = _switch(row, "sp")
-    assumed = [] if sp is not None or tp == 1 else [f"sp {'on' if sp_default else 'off'} (framework default)"]
-    sp = sp_default if sp is None else sp
+    assumed: list[str] = []
+    sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
     split, split_notes = pipeline_split(row, layers, pp, vpp, notes)
     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=_int(row, "dp"), sequence_parallel=sp and tp > 1,
                       **split)
@@ -312,26 +329,23 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str) -
 
 
 # ---- the row ------------------------------------------------------------------------------------------------------
-def _training(row: pd.Series, d: dict[str, Any], notes: str) -> tuple[Training, list[str]]:
+def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
+              sp: bool) -> tuple[Training, list[str]]:
     assumed: list[str] = []
-    stated_precision, stated_recompute = _precision(row), _recompute(row)
-    precision: Precision = d["precision"] if stated_precision is None else stated_precision
-    recompute: Recompute = d["recompute"] if stated_recompute is None else stated_recompute
-    if stated_precision is None:
-        assumed.append(f"precision {precision} (framework default)")
-    if stated_recompute is None:
-        assumed.append(f"recompute {recompute} (framework default)")
-    mbs = _int(row, "micro_batch")
-    if mbs is None:
-        mbs = d["micro_batch"]
-        assumed.append(f"micro_batch {mbs} (default)")
-    zero = _zero(row)
-    torch_ddp = "ddp impl=torch" in notes.lower()
+    precision: Precision = _pick("precision", _precision(row), stated, d["precision"], assumed)
+    recompute: Recompute = _pick("recompute", _recompute(row), stated, d["recompute"], assumed)
+    mbs = int(_pick("micro_batch", _int(row, "micro_batch"), stated, d["micro_batch"], assumed))
+    zero = _pick("zero", _zero(row), stated, None, None)  # None: the profile's default stage
+    ogr = stated.get("overlap_grad_reduce") or ("ddp impl=torch" in notes.lower()) or None
+    opg = True if stated.get("overlap_param_gather") and (zero or 0) >= 1 else None
+    tpo = True if stated.get("tp_comm_overlap") and sp else None
     training = Training(micro_batch_size=mbs, global_batch_size=_required_int(row, "global_batch"),
                         seq_length=_required_int(row, "seq"), recompute_granularity=recompute, zero_stage=zero,
                         precision=precision, fp8_recipe=_fp8_recipe(row) if precision == "fp8" else None,
-                        overlap_grad_reduce=True if torch_ddp else None,
+                        overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
                         overlap_p2p_comm=d["overlap_p2p_comm"])
+    assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+                if getattr(training, k) and stated.get(k)]
     return training, assumed
 
 
@@ -363,21 +377,23 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
-    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes)
-    training, tr_notes = _training(row, d, notes)
+    stated = notes_flags(notes)
+    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes, stated)
+    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel)
     num_gpus = _required_int(row, "num_gpus")
 
     def build(tr: Training) -> Job:
         return Job(model=model, system=system, parallelism=par, training=tr, num_gpus=num_gpus, framework=framework)
 
     job = build(training)
-    if _recompute(row) is None:
+    if _recompute(row) is None and "recompute" not in stated:
         job, why = recompute_that_fits(job, build)
         if why is not None:
             tr_notes = [why if n.startswith("recompute ") else n for n in tr_notes]
-    measured = measured_iteration_time(row, model, system, training.precision)
+    eq3 = job.training.recompute_granularity != "none" if framework.name in EQ3_FRAMEWORKS else None
+    measured = measured_iteration_time(row, model, system, training.precision, eq3)
     if training.zero_stage is None:
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,
-                   f"measured time from {_measured_column(row)}")
+                   f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
