@@ -172,3 +172,45 @@ def test_both_engines_expose_the_same_sharded_traffic(framework: str):
     a = estimate(job).iteration_time_s
     e = simulate_job(job)[0].iteration_time_s
     assert e == pytest.approx(a, rel=0.05)
+
+
+ZERO3_ARGS = ["predict", "--model", "llama2-70b", "--system", "dgx-a100", "--num-gpus", "1024", "--global-batch-size",
+              "1024", "--micro-batch-size", "1", "--seq-length", "4096", "--zero-stage", "3",
+              "--recompute-granularity", "full", "--json"]
+
+
+def test_the_cli_reaches_the_sharded_engine_fields_with_deepspeed_and_fsdp_names(capsys):
+    import json
+
+    from tests.cli_helpers import check_one_line_error, run
+
+    def predict(*extra: str) -> dict:  # type: ignore[type-arg]
+        code, out, err = run([*ZERO3_ARGS, *extra], capsys)
+        assert code == 0, err
+        return json.loads(out)
+
+    base = predict("--framework", "deepspeed")
+    tight = predict("--framework", "deepspeed", "--stage3-prefetch-bucket-size", "1000000",
+                    "--stage3-max-live-parameters", "100000000", "--stage3-param-persistence-threshold", "0",
+                    "--reduce-bucket-size", "100000000")
+    fw = tight["job"]["framework"]
+    assert (fw["prefetch_bucket_params"], fw["max_live_params"], fw["param_persistence_threshold"],
+            fw["bucket_size_params"]) == (1_000_000, 100_000_000, 0, 100_000_000)
+    assert base["job"]["framework"]["gather_granularity"] == "module"
+    assert tight["iteration_time_s"] > base["iteration_time_s"]
+    post = predict("--framework", "fsdp")
+    pre = predict("--framework", "fsdp", "--backward-prefetch", "pre")
+    assert post["job"]["framework"]["backward_prefetch"] == "post"
+    assert pre["iteration_time_s"] < post["iteration_time_s"]
+    unlimited = predict("--framework", "fsdp", "--no-limit-all-gathers", "--forward-prefetch")
+    assert unlimited["job"]["framework"]["limit_all_gathers"] is False
+    code, _, err = run([*ZERO3_ARGS, "--framework", "fsdp", "--backward-prefetch", "sideways"], capsys)
+    check_one_line_error(code, err, "backward_prefetch")
+
+
+def test_the_python_api_reaches_the_sharded_engine_fields():
+    from trainsim import api
+
+    job = _job({"name": "deepspeed", "prefetch_bucket_params": 10_000_000, "bucket_size_params": 200_000_000})
+    assert sharding_of(job).prefetch_params == 1e7 and sharding_of(job).reduce_bucket_params == 2e8
+    assert api.predict(job).iteration_time_s > 0
