@@ -48,9 +48,9 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1
 # Fields that describe the profile rather than the stack (no source needed).
 META_FIELDS = frozenset({"name", "version", "description", "sources"})
 # Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
-OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "gather_granularity", "module_layout",
-                             "max_live_params", "param_persistence_threshold", "forward_prefetch",
-                             "backward_prefetch", "limit_all_gathers", "all_gather_copy_out"})
+OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
+                             "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
+                             "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out"})
 
 
 class Framework(Spec, frozen=True):
@@ -121,6 +121,11 @@ class Framework(Spec, frozen=True):
                                         "ZeRO-3 reduce-scatters its gradients bucket by bucket at this size")
     reshard_after_forward: bool = Field(description="ZeRO-3/FSDP: parameters freed after forward, re-gathered in "
                                                     "backward")
+    shard_grads_with_pp: bool | None = Field(
+        default=None, description="ZeRO-3/FSDP with pipelining: gradients kept sharded through the step (reduce-"
+                                  "scattered as each chunk's backward of a round of micro-batches finishes; Llama 3: "
+                                  "'shards optimizer states and gradients'); None: the engine's rule, accumulated "
+                                  "unsharded and reduce-scattered once per step (torchtitan, Megatron FSDP)")
     prefetch_depth: int = Field(ge=0, description="ZeRO-3/FSDP: layers (or buckets) gathered ahead of use")
     prefetch_bucket_params: Annotated[int | None, Flag(
         "--stage3-prefetch-bucket-size", megatron=False,

@@ -68,6 +68,7 @@ class Sharding:
     grad_reduce_bytes: float  # bytes per gradient element reduced
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    grads_sharded_with_pp: bool = False  # ZeRO-3 with pipelining keeps gradients sharded (profile shard_grads_with_pp)
     #: one layer's gather units, forward order: (gathered fraction, reduced fraction, compute share) of the layer
     units: tuple[tuple[float, float, float], ...] = ((1.0, 1.0, 1.0),)
     prefetch_params: float | None = None  # DeepSpeed: elements per prefetch all-gather (None: prefetch by units)
@@ -104,9 +105,10 @@ class Sharding:
     def memory_stage(self) -> int:
         """The ZeRO stage whose memory the job keeps: FSDP-style sharding with pipelining holds the gathered
         parameters and unsharded gradients through the step, with sharded master weights and optimizer states —
-        the distributed optimizer's footprint."""
+        the distributed optimizer's footprint — or, where the profile keeps gradients sharded with pipelining
+        (Llama 3's FSDP "shards optimizer states and gradients"), ZeRO-2's."""
         if self.zero_stage >= 3 and not self.per_microbatch_gather:
-            return 1
+            return 2 if self.grads_sharded_with_pp else 1
         return self.zero_stage
 
 
@@ -198,6 +200,7 @@ def sharding_of(job: Job) -> Sharding:
         # reduce-scatters each layer's gradients as its last backward finishes
         overlap_grad_reduce=bool(tr.overlap_grad_reduce) or (zero >= 3 and not per_mb),
         overlap_param_gather=bool(tr.overlap_param_gather) or (zero >= 3 and not per_mb),
+        grads_sharded_with_pp=zero >= 3 and not per_mb and bool(fw.shard_grads_with_pp),
         units=gather_units(job.model, fw.gather_granularity or "layer", fw.module_layout or "transformers",
                            float(fw.param_persistence_threshold or 0)),
         prefetch_params=float(fw.prefetch_bucket_params) if by_elements and fw.prefetch_bucket_params else None,
