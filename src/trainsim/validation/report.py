@@ -367,7 +367,8 @@ def render_markdown(report: ValidationReport) -> str:
         "## Fitted constants",
         "",
         "Per GPU generation, fitted by `trainsim calibrate` (mean squared log error with a weak pull to documented",
-        "priors). Values in parentheses are not fitted for that generation. Blackwell has no row and uses Hopper's.",
+        "priors). Values in parentheses are not fitted for that generation. Blackwell has no row and uses Hopper's,",
+        "with the measured H100 large-kernel efficiencies in place of the priors (docs/model.md section 7).",
         "",
     ]
     gens = sorted(report.calibrations)
