@@ -378,3 +378,19 @@ def test_deepspeed_tflops_use_eq3_with_the_recompute_factor(tmp_path):
     assert full.measured_iter_s == pytest.approx(eq3_flops(full.job.model, 64, 2048, 50257, True) / (150e12 * 8))
     none = one(tmp_path, **cells, recompute="none")
     assert none.measured_iter_s == pytest.approx(full.measured_iter_s * 3 / 4)
+
+
+def test_numbers_written_with_separators_and_percent(tmp_path):
+    m = one(tmp_path, num_gpus="1,024", global_batch="2,048", measured_iter_s=None, measured_mfu="41%",
+            gpu="H100", tp=8, pp=4)
+    assert m.job.num_gpus == 1024
+    ref = one(tmp_path, num_gpus=1024, global_batch=2048, measured_iter_s=None, measured_mfu=0.41, gpu="H100", tp=8,
+              pp=4)
+    assert m.measured_iter_s == pytest.approx(ref.measured_iter_s)
+
+
+def test_column_names_with_spaces_are_read(tmp_path):
+    path = write(tmp_path, [row("p_1")])
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([", ".join(lines[0].split(",")), *lines[1:]]) + "\n")
+    assert [r.id for r in load_table(path).rows] == ["p_1"]
