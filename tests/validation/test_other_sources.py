@@ -78,9 +78,22 @@ def test_framework_column_wins_and_fallback_is_reported():
     assert name == "megatron-core" and "fallback" in rule
 
 
-def test_llama3_paper_uses_its_profile_when_shipped():
-    name, _ = infer_framework(None, "Llama Team 2024 'The Llama 3 Herd of Models'", "")
+@pytest.mark.parametrize("source", ["Llama Team 2024 'The Llama 3 Herd of Models'", "Meta: Llama 3.1 405B training",
+                                    "Llama 3 pre-training at Meta (paper section 3.3)"])
+def test_llama3_paper_uses_its_profile_when_shipped(source):
+    name, _ = infer_framework(None, source, "")
     assert name == ("meta-llama3" if "meta-llama3" in list_frameworks() else "megatron-core")
+
+
+def test_parallelism_the_profile_lacks_selects_the_extended_stack():
+    assert infer_framework(None, "DeepSpeed ZeRO-3", "", (8, 1, 1))[0] == "megatron-deepspeed"  # TP via Megatron
+    assert infer_framework(None, "DeepSpeed ZeRO-3", "", (1, 4, 1))[0] == "deepspeed"  # its own pipeline engine
+    assert infer_framework(None, "PyTorch FSDP", "", (1, 4, 1))[0] == "torchtitan"
+    assert infer_framework(None, "PyTorch FSDP", "", (1, 1, 1))[0] == "fsdp"
+
+
+def test_meta_without_llama3_is_not_the_llama3_stack():
+    assert infer_framework(None, "PyTorch FSDP paper (Meta AI)", "")[0] == "fsdp"
 
 
 def test_framework_reaches_the_job_and_is_reported(tmp_path):

@@ -549,6 +549,8 @@ def generic_rules_lines() -> list[str]:
     :mod:`trainsim.validation.row_rules` and :mod:`trainsim.validation.rows`, rendered from the data."""
     rules = [f"  {k}. {r.label} → `{r.framework}`"
              + (f" (`{r.otherwise}` while that profile is not shipped)" if r.otherwise else "")
+             + (f" (`{r.extended}` when the row uses TP, PP or CP that `{r.framework}` does not offer)"
+                if r.extended else "")
              for k, r in enumerate(FRAMEWORK_KEYWORDS, 1)]
     fw_defaults = "; ".join(f"`{fw}`: " + ", ".join(f"{k}={v}" for k, v in d.items())
                             for fw, d in FRAMEWORK_ROW_DEFAULTS.items())

@@ -378,7 +378,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     """A row of any source as a measurement; raises :class:`RowError` (or ``ValueError``) with the reason."""
     rid = str(row["id"])
     notes = _text(row, "notes") or ""
-    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes)
+    tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
+    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp))
     framework = load_framework(fw_name)
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
