@@ -36,6 +36,7 @@ from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
 from trainsim.spec.job import Job
 from trainsim.spec.training import Recompute
+from trainsim.spec.framework import list_frameworks
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
 from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h100_runs
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, SkippedRow, load_measurements, load_table
@@ -547,8 +548,10 @@ def _assumption_lines(report: ValidationReport) -> list[str]:
 def generic_rules_lines() -> list[str]:
     """How rows of other sources (``--measurements``) become jobs: the tables of
     :mod:`trainsim.validation.row_rules` and :mod:`trainsim.validation.rows`, rendered from the data."""
+    shipped = list_frameworks()
     rules = [f"  {k}. {r.label} → `{r.framework}`"
-             + (f" (`{r.otherwise}` while that profile is not shipped)" if r.otherwise else "")
+             + (f" (`{r.otherwise}` while that profile is not shipped)"
+                if r.otherwise and r.framework not in shipped else "")
              + (f" (`{r.extended}` when the row uses TP, PP or CP that `{r.framework}` does not offer)"
                 if r.extended else "")
              for k, r in enumerate(FRAMEWORK_KEYWORDS, 1)]
