@@ -34,9 +34,9 @@ from trainsim.errors import TrainsimError
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
+from trainsim.spec.framework import list_frameworks
 from trainsim.spec.job import Job
 from trainsim.spec.training import Recompute
-from trainsim.spec.framework import list_frameworks
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
 from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h100_runs
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, SkippedRow, load_measurements, load_table
