@@ -34,7 +34,15 @@ curve, so the policy is plan-aware exactly when the throughput source is (``best
 from __future__ import annotations
 
 from trainsim.cluster.policies.base import Target, View, register
-from trainsim.cluster.policies.elastic_common import RebalancingPolicy, Sizes, Timeline, hand_out, targets
+from trainsim.cluster.policies.elastic_common import (
+    RebalancingPolicy,
+    Share,
+    Sizes,
+    Timeline,
+    hand_out,
+    min_share,
+    targets,
+)
 from trainsim.errors import TrainsimError
 
 
@@ -73,25 +81,25 @@ class ElasticFlow(RebalancingPolicy):
             deadline_jobs = sorted((j for j in jobs if j.spec.deadline_s is not None),
                                    key=lambda j: (j.spec.deadline_s, j.spec.index))
             # shares of already admitted jobs first, then admission of new ones in EDF order
-            shares: dict[int, int | None] = {}
+            shares: dict[int, Share | None] = {}
             for js in deadline_jobs:
-                shares[js.spec.index] = self.sizes[js.spec.index].min_share(js.remaining,
-                                                                            js.spec.deadline_s - view.now)
+                shares[js.spec.index] = min_share(js, self.sizes[js.spec.index], view.now)
             for js in deadline_jobs:
                 i = js.spec.index
                 if i not in self.seen:
                     continue
-                s = shares[i]
-                if s is not None and used + s <= cap:
-                    alloc[i] = s
-                    used += s
+                sh = shares[i]
+                if sh is not None and used + sh.gpus <= cap:
+                    alloc[i] = sh.gpus
+                    used += sh.gpus
             timeline: Timeline | None = None
             for js in deadline_jobs:
                 i = js.spec.index
                 if i in self.seen:
                     continue
                 self.seen.add(i)
-                s = shares[i]
+                sh = shares[i]
+                s = None if sh is None else sh.gpus
                 if self.admission == "instant":
                     if s is None or used + s > cap:
                         view.reject(i, "deadline cannot be met")
@@ -99,11 +107,9 @@ class ElasticFlow(RebalancingPolicy):
                 else:
                     if timeline is None:
                         timeline = Timeline(view.now, cap, [
-                            (view.now + j.remaining * self.sizes[j.spec.index].time(shares[j.spec.index]),  # type: ignore[arg-type]
-                             shares[j.spec.index])  # type: ignore[misc]
-                            for j in deadline_jobs
-                            if j.spec.index in self.seen and j.spec.index != i and shares[j.spec.index] is not None
-                            and j.spec.index not in view.rejected])
+                            (sj.end(view.now), sj.gpus) for j in deadline_jobs
+                            if j.spec.index in self.seen and j.spec.index != i
+                            and (sj := shares[j.spec.index]) is not None and j.spec.index not in view.rejected])
                     plan = timeline.plan(self.sizes[i], js.remaining, js.spec.deadline_s)  # type: ignore[arg-type]
                     if plan is None:
                         view.reject(i, "deadline cannot be met")
