@@ -14,21 +14,25 @@ profiles on 1, 2, 4, … GPUs; ``pow2=False`` opens every size on the throughput
    looks at the current instant (the new job's share must fit now). Jobs without a deadline are admitted as
    best-effort.
 2. **Minimum shares**: admitted deadline jobs, earliest deadline first (ties: trace order), get their current
-   minimum share; a job whose deadline can no longer be met becomes best-effort.
+   minimum share, restart costs included (:func:`~trainsim.cluster.policies.elastic_common.min_share`: a job that
+   would change size must meet its deadline after the restart and the iteration in progress it loses, else it keeps
+   its size); a job whose deadline can no longer be met becomes best-effort.
 3. **Best effort**: every other job gets its smallest usable size (trace order) while GPUs remain.
 4. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
    since every resize costs a checkpoint restart.
 5. **Leftovers**: the remaining GPUs go, one usable size step at a time, waiting jobs first, then to the step with
    the smallest marginal GPU-time (ElasticFlow's ``marginal_gputime``: the extra GPU-time the job's remaining work
-   takes per added GPU; :func:`~trainsim.cluster.policies.elastic_common.hand_out`; ties: trace order). Running jobs
-   are grown only at
+   takes per added GPU; :func:`~trainsim.cluster.policies.elastic_common.hand_out`; ties: trace order), skipping a
+   step whose restart would make a running job finish later. Running jobs are grown only at
    rebalances (every ``rebalance_s``, default 600 s, a scheduling tick); in between, leftovers go to waiting jobs,
    so that a job is not checkpointed and restarted at every arrival.
 
 Simplifications (documented in docs/cluster.md): the admitted jobs' reservations are their current shares held
-from now (ElasticFlow keeps each job's earlier plan), time is continuous (no 60 s slots), and restart costs are not
-part of the admission plan. The usable sizes come from the throughput
-curve, so the policy is plan-aware exactly when the throughput source is (``best`` vs ``dp-only``).
+from now (ElasticFlow keeps each job's earlier plan), so a job admitted on GPUs that free up later can be displaced
+by later admissions with earlier deadlines; time is continuous (no 60 s slots). ElasticFlow resizes almost for free;
+trainsim's checkpoint restarts cost minutes, hence the restart-aware shares and leftovers (rules 2 and 5). The
+usable sizes come from the throughput curve, so the policy is plan-aware exactly when the throughput source is
+(``best`` vs ``dp-only``).
 """
 
 from __future__ import annotations
