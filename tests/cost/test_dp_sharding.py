@@ -214,3 +214,16 @@ def test_the_python_api_reaches_the_sharded_engine_fields():
     job = _job({"name": "deepspeed", "prefetch_bucket_params": 10_000_000, "bucket_size_params": 200_000_000})
     assert sharding_of(job).prefetch_params == 1e7 and sharding_of(job).reduce_bucket_params == 2e8
     assert api.predict(job).iteration_time_s > 0
+
+
+def test_gathered_parameter_memory_follows_the_prefetch_rule():
+    from trainsim.workload.memory import stage_memory
+
+    def peak(framework: object) -> float:
+        return stage_memory(_job(framework, 1024, "llama2-70b"), 0).weights_bytes
+
+    # DeepSpeed holds up to stage3_max_live_parameters gathered elements (never less than a layer)
+    assert peak({"name": "deepspeed", "max_live_params": 3_000_000_000}) - peak("deepspeed") == pytest.approx(
+        2e9 * 2, rel=0.01)
+    # FSDP1 without the rate limiter may gather every layer ahead
+    assert peak({"name": "fsdp", "limit_all_gathers": False}) > peak("fsdp") + 50e9

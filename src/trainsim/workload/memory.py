@@ -326,8 +326,8 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
-    if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
-        weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
+    if sh.per_microbatch_gather:
+        weights += sh.gathered_params(model.layer_params / tp, dense + expert) * sh.param_bytes
 
     q = shard.saved_input_bytes
     per_mb = 0.0

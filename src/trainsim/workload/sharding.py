@@ -86,6 +86,16 @@ class Sharding:
         """All-gathers one layer issues when every unit is fetched on its own (before prefetch batching)."""
         return sum(1 for g, _, _ in self.units if g > 0)
 
+    def gathered_params(self, layer_params: float, stage_params: float) -> float:
+        """Parameter elements held gathered at once under per-micro-batch ZeRO-3: the layer computing and those
+        prefetched — ``prefetch_depth`` layers ahead (FSDP; every layer of the stage when FSDP1's rate limiter is
+        off and the CPU runs ahead), or up to ``stage3_max_live_parameters`` elements (DeepSpeed counts gathered and
+        in-flight parameters against it; never less than one layer)."""
+        if self.prefetch_params is not None:
+            return max(layer_params, min(self.max_live_params, stage_params))
+        ahead = max(self.prefetch_depth, self.forward_depth)
+        return min(1 + ahead, max(1.0, stage_params / layer_params if layer_params else 1.0)) * layer_params
+
     @property
     def gather_per_step(self) -> bool:
         """Parameters all-gathered once per step (distributed optimizer, or FSDP-style sharding with pipelining)."""
