@@ -295,7 +295,8 @@ def _param_bytes(job: Job) -> tuple[tuple[float, float, float], tuple[float, flo
     """(weights, gradients, optimizer) bytes per parameter of ``job``: non-expert, then routed-expert parameters."""
     tr, fw = job.training, job.framework
     stage = sharding_of(job).memory_stage
-    dense = bytes_per_param(tr.precision, stage, job.dp * job.parallelism.cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    shards = sharding_of(job).shards  # dp·cp, or the ranks of a node under hybrid sharding
+    dense = bytes_per_param(tr.precision, stage, shards, tr.grads_in_fp32, tr.fp8_recipe, fw)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
     expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     return dense, expert
