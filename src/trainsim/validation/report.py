@@ -40,7 +40,13 @@ from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, r
 from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h100_runs
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, SkippedRow, load_measurements, load_table
 from trainsim.validation.ranking import GroupRanking, rank_groups
-from trainsim.validation.row_rules import FALLBACK_FRAMEWORK, FRAMEWORK_KEYWORDS, SYSTEM_FOR_GPU_KEY
+from trainsim.validation.row_rules import (
+    EQ3_FRAMEWORKS,
+    FALLBACK_FRAMEWORK,
+    FRAMEWORK_KEYWORDS,
+    SYSTEM_FOR_GPU_KEY,
+    notes_flag_names,
+)
 from trainsim.validation.rows import FRAMEWORK_ROW_DEFAULTS, ROW_DEFAULTS
 
 SOURCE_NAMES = {
@@ -560,6 +566,10 @@ def generic_rules_lines() -> list[str]:
         "",
         "  `megatron-by-year`: the first year in the text, 2022 or earlier → `megatron-lm-2021`, else",
         f"  `megatron-core`. No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
+        "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
+        + ", ".join(f"`{name}`" for name in notes_flag_names()),
+        "  (`--overlap-param-gather` implies the distributed optimizer and `--tp-comm-overlap` sequence",
+        "  parallelism, as Megatron's `arguments.py` asserts).",
         "- **Empty cells**: " + ", ".join(f"{k}={v}" for k, v in ROW_DEFAULTS.items()) + ";",
         f"  per framework: {fw_defaults}.",
         "  `zero`, the overlap flags, the gradient-reduce dtype and the attention path come from the profile",
@@ -581,8 +591,10 @@ def generic_rules_lines() -> list[str]:
         "  `last_stage_layers` columns; else, when L + 2 divides, the embedding and the loss count as one layer each",
         "  (Megatron-Core's `account_for_embedding/loss_in_pipeline_split`: Llama 3 405B, NeMo's 405B recipe); else",
         "  first/last stage layers stated in the notes; else not predicted.",
-        "- **Measured time**: `measured_iter_s`; else tokens/s per GPU; else TFLOP/s per GPU with the model-FLOP",
-        "  formula of the dataset README (SC'21's hardware-FLOP formula for `sc21` rows only; MoE: top-k experts);",
+        "- **Measured time**: `measured_iter_s`; else tokens/s per GPU; else TFLOP/s per GPU with the source's",
+        "  formula: SC'21 Eq. 3 with the recompute factor (4 with recomputation, else 3) for `sc21` rows and the",
+        f"  stacks whose throughput calculators report it ({', '.join(f'`{f}`' for f in sorted(EQ3_FRAMEWORKS))}),",
+        "  else the model-FLOP formula of the dataset README (MoE: top-k experts);",
         "  else `measured_mfu` (a percentage when above 1) × the dense 16-bit peak (TF32 for fp32), also for FP8",
         "  runs (MFU is quoted against the 16-bit peak).",
         "",
