@@ -62,3 +62,34 @@ def packaged_surface_path() -> str:
     from trainsim.cost.kernel_surfaces import TABLE
 
     return str(resources.files("trainsim").joinpath(*TABLE))
+
+
+def test_blackwell_takes_the_measured_large_kernel_efficiencies_times_hoppers_scales():
+    from trainsim.cost.calibration import calibration_for
+    from trainsim.cost.kernel_surfaces import large_kernel_efficiencies
+
+    eff = large_kernel_efficiencies()
+    assert eff is not None
+    hopper, blackwell = calibration_for("hopper"), calibration_for("blackwell")
+    assert blackwell.gemm_efficiency == pytest.approx(eff["gemm_efficiency"] * hopper.measured_kernel_scale)
+    assert blackwell.fp8_gemm_efficiency == pytest.approx(eff["fp8_gemm_efficiency"]
+                                                          * hopper.measured_fp8_kernel_scale)
+    assert blackwell.attention_efficiency == pytest.approx(eff["attention_efficiency"]
+                                                           * hopper.measured_kernel_scale)
+    # measured, not the priors: large H100 GEMMs reach 65-75 % of peak (16-bit), FP8 a smaller share
+    assert 0.65 < eff["gemm_efficiency"] < 0.75 and eff["fp8_gemm_efficiency"] < eff["gemm_efficiency"]
+    assert blackwell.gemm_efficiency != Calibration().gemm_efficiency
+    # everything else is Hopper's fit
+    assert blackwell.network_efficiency == hopper.network_efficiency
+    assert blackwell.iteration_overhead_s == hopper.iteration_overhead_s
+
+
+def test_a_b200_is_not_faster_than_its_peak_ratio_over_an_h100_on_a_compute_bound_job():
+    from trainsim import predict
+
+    kw = dict(tp=4, pp=4, vpp=5, cp=2, num_gpus=64, seq_length=8192, global_batch_size=128,
+              micro_batch_size=1, sequence_parallel=True, use_distributed_optimizer=True, framework="nemo")
+    h100 = predict("llama3-70b", "dgx-h100", **kw).iteration_time_s
+    b200 = predict("llama3-70b", "dgx-b200", **kw).iteration_time_s
+    peak = load_system("dgx-b200").gpu.peak_flops.bf16 / load_system("dgx-h100").gpu.peak_flops.bf16
+    assert 1.5 < h100 / b200 < peak

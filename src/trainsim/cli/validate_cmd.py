@@ -42,6 +42,10 @@ def _print_summary(report) -> None:  # type: ignore[no-untyped-def]
         t.add_row("all", str(len(report.rows)), _pct(report.mape()), _pct(report.max_error()),
                   _pct(report.mape(held_out=True)), _num(report.spearman()), _pct(report.regret()))
         console.print(t)
+    for r in report.unfit():
+        print(f"predicted not to fit in memory although it ran: {r.id} ({r.peak_memory_gb:.0f} GB)")
+    for s in report.skipped:
+        print(f"not predicted: {s.id}: {s.reason}")
 
 
 def _clean(x: Any) -> Any:
@@ -74,9 +78,12 @@ def _json_raw(report: ValidationReport) -> dict[str, Any]:
         "calibration": {g: c.as_dict() for g, c in report.calibrations.items()},
         "rows": [{"id": r.id, "source": r.source, "measured_s": r.measured_s, "predicted_s": r.predicted_s,
                   "error": r.error, "held_out_error": r.held_out_error, "mfu": r.mfu, "fits": r.fits,
-                  "framework": r.framework, "peak_memory_gb": r.peak_memory_gb,
-                  "measured_memory_gb": r.measured_memory_gb, "memory_error": r.memory_error}
+                  "framework": r.framework, "peak_memory_gb": r.peak_memory_gb, "tight": r.tight,
+                  "measured_memory_gb": r.measured_memory_gb, "memory_error": r.memory_error,
+                  "assumptions": list(r.assumptions)}
                  for r in report.rows],
+        "not_predicted": [{"id": s.id, "source": s.source, "reason": s.reason} for s in report.skipped],
+        "measurements": report.measurements_path,
     }
 
 
@@ -84,9 +91,13 @@ def _json_raw(report: ValidationReport) -> dict[str, Any]:
 def validate_command(
     write: Path | None = typer.Option(None, "--write", help="write the Markdown report (e.g. docs/VALIDATION.md)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
-    held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="leave-one-source-out refits"),
+    held_out: bool | None = typer.Option(None, "--held-out/--no-held-out",
+                                         help="leave-one-source-out refits (packaged measurements only; default on)"),
+    measurements: Path | None = typer.Option(
+        None, "--measurements", help="CSV or Parquet file in the schema of the published table (default: the "
+                                     "packaged one); predicted with the shipped constants, never fitted on"),
 ) -> None:
-    """Predict every published measurement and report the error per source."""
+    """Predict every published measurement (or a file of your own) and report the error per source."""
     from trainsim.cli.output import check_outputs
     from trainsim.validation.report import render_markdown, run_validation
 
@@ -94,7 +105,7 @@ def validate_command(
     from trainsim.cli.progress import counted
 
     with counted("validate") as tick:
-        report = run_validation(refit=False, held_out=held_out, progress=tick)
+        report = run_validation(refit=False, held_out=held_out, progress=tick, measurements=measurements)
     if write:
         write_text_atomic(write, render_markdown(report))
     if json_out:

@@ -64,13 +64,17 @@ def _load() -> dict[str, Calibration]:
 def calibration_for(generation: str) -> Calibration:
     """Constants for a GPU generation (``ampere``, ``hopper``, ``blackwell``); unknown ones get the defaults.
 
-    Blackwell has no published measurement in the calibration set; it inherits Hopper's fitted efficiencies.
+    Blackwell has no published measurement in the calibration set and no measured kernels: it inherits Hopper's
+    fitted constants, with the analytic model's large-kernel efficiencies taken from the measured H100 kernels
+    (:func:`trainsim.cost.kernel_surfaces.transferred_calibration`) instead of priors.
     """
     table = _load()
     if generation in table:
         return table[generation]
     if generation == "blackwell" and "hopper" in table:
-        return table["hopper"]
+        from trainsim.cost.kernel_surfaces import transferred_calibration
+
+        return transferred_calibration(table["hopper"])
     return table["default"]
 
 

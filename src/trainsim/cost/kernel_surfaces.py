@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import AnalyticCostModel
 from trainsim.workload.ops import ComputeOp
 
@@ -145,6 +146,55 @@ class SurfaceCostModel(AnalyticCostModel):
     def is_measured(self, op: object) -> bool:
         """Kernels priced from the surface on the measured GPU itself count as measured."""
         return self.measured_gpu and isinstance(op, ComputeOp) and self._surface_time(op) is not None
+
+
+#: Shapes whose measured efficiency describes "a large kernel" (the analytic model's shape factor is 1 there).
+LARGE_GEMM_DIM = 4096
+LARGE_ATTENTION_SEQ = 4096
+
+
+@cache
+def large_kernel_efficiencies() -> dict[str, float] | None:
+    """Median measured efficiency of large H100 kernels, as fractions of the H100 datasheet peak.
+
+    ``gemm_efficiency`` / ``fp8_gemm_efficiency``: 16-bit and FP8 GEMMs with m, n, k all at least
+    :data:`LARGE_GEMM_DIM` (all three ``nn.Linear`` layouts); ``attention_efficiency``: causal forward attention with
+    head dimension 128 and sequence at least :data:`LARGE_ATTENTION_SEQ`. ``None`` without the packaged table.
+    """
+    path = resources.files("trainsim").joinpath(*TABLE)
+    if not path.is_file():
+        return None
+    with path.open("rb") as f:
+        df = pd.read_parquet(f, columns=["kind", "phase", "dtype", "m", "n", "k", "attn_seq_q", "attn_head_dim",
+                                         "attn_causal", "flops", "time_s"])
+    eff = df["flops"] / df["time_s"] / df["dtype"].map(H100_PEAK).astype(float)
+    gemm = (df["kind"] == "gemm") & (df[["m", "n", "k"]].min(axis=1) >= LARGE_GEMM_DIM)
+    attn = ((df["kind"] == "attention") & (df["phase"] == "fwd") & (df["dtype"] == "bf16")
+            & (df["attn_head_dim"] == 128) & df["attn_causal"].astype(bool)
+            & (df["attn_seq_q"] >= LARGE_ATTENTION_SEQ))
+    return {
+        "gemm_efficiency": float(eff[gemm & (df["dtype"] == "bf16")].median()),
+        "fp8_gemm_efficiency": float(eff[gemm & (df["dtype"] == "fp8")].median()),
+        "attention_efficiency": float(eff[attn].median()),
+    }
+
+
+@cache
+def transferred_calibration(measured: Calibration) -> Calibration:
+    """Constants for an unmeasured generation from the measured one's (Blackwell from Hopper).
+
+    The analytic roofline stays the shape model, but its large-kernel efficiencies are no longer priors: they are
+    the measured H100 large-kernel efficiencies (:func:`large_kernel_efficiencies`) times the measured generation's
+    fitted end-to-end factors (``measured_kernel_scale``, ``measured_fp8_kernel_scale``: sustained clocks, launch
+    gaps, FP8 scaling bookkeeping), i.e. the fraction of the datasheet peak the same software reaches in training.
+    """
+    eff = large_kernel_efficiencies()
+    if eff is None:
+        return measured
+    scale, fp8_scale = measured.measured_kernel_scale, measured.measured_fp8_kernel_scale
+    return measured.with_(gemm_efficiency=eff["gemm_efficiency"] * scale,
+                          fp8_gemm_efficiency=eff["fp8_gemm_efficiency"] * fp8_scale,
+                          attention_efficiency=eff["attention_efficiency"] * scale)
 
 
 def uses_surface(gpu_name: str, generation: str) -> bool:

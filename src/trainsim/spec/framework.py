@@ -45,7 +45,7 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1
 # Fields that describe the profile rather than the stack (no source needed).
 META_FIELDS = frozenset({"name", "version", "description", "sources"})
 # Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
-OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params"})
+OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp"})
 
 
 class Framework(Spec, frozen=True):
@@ -113,6 +113,11 @@ class Framework(Spec, frozen=True):
         default=None, gt=0, description="parameters per gradient bucket (None: the engine's rule)")
     reshard_after_forward: bool = Field(description="ZeRO-3/FSDP: parameters freed after forward, re-gathered in "
                                                     "backward")
+    shard_grads_with_pp: bool | None = Field(
+        default=None, description="ZeRO-3/FSDP with pipelining: gradients kept sharded through the step (reduce-"
+                                  "scattered as each chunk's backward of a round of micro-batches finishes; Llama 3: "
+                                  "'shards optimizer states and gradients'); None: the engine's rule, accumulated "
+                                  "unsharded and reduce-scattered once per step (torchtitan, Megatron FSDP)")
     prefetch_depth: int = Field(ge=0, description="ZeRO-3/FSDP: layers (or buckets) gathered ahead of use")
     prefetch_bucket_params: int | None = Field(
         default=None, gt=0, description="ZeRO-3: parameters prefetched ahead of use (DeepSpeed's "

@@ -128,7 +128,9 @@ class Job(Spec, frozen=True):
     @cached_property
     def virtual_stage_layers(self) -> tuple[int, ...]:
         """Transformer layers of every virtual stage (model chunk), indexed ``chunk·pp + rank``."""
-        return virtual_stage_layers(self.model.num_layers, self.parallelism)
+        fw = self.framework
+        return virtual_stage_layers(self.model.num_layers, self.parallelism, fw.pipeline_layer_split,
+                                    fw.pipeline_engine)
 
     @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:
@@ -233,12 +235,6 @@ def _model_heads(model: Any) -> int | None:
     return None
 
 
-def stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
-    """Layers of each pipeline rank (all its virtual stages): see :mod:`trainsim.spec.pipeline_split`."""
-    vsl = virtual_stage_layers(num_layers, par)
-    return tuple(sum(vsl[r::par.pp]) for r in range(par.pp))
-
-
 def validate_job(job: Job) -> None:
     """Cross-field checks; raises :class:`TrainsimError` on the first problem."""
     m, par, tr, sysm = job.model, job.parallelism, job.training, job.system
@@ -284,7 +280,7 @@ def validate_job(job: Job) -> None:
     # pipeline
     if vpp > 1 and pp == 1:
         raise TrainsimError("parallelism.vpp", "virtual stages need pipeline parallelism", "use pp > 1 or vpp 1")
-    vsl = virtual_stage_layers(m.num_layers, par)  # raises on an impossible split
+    vsl = job.virtual_stage_layers  # raises on an impossible split (the profile's split rule)
     if job.pipeline.v_shape and len(set(vsl)) > 1:
         raise TrainsimError("parallelism.pipeline_layout",
                             f"the V-shaped {job.schedule} schedule needs the same layers in every virtual stage",

@@ -14,6 +14,27 @@ Megatron-Core's rules (``get_num_layers_to_build`` and ``PipelineParallelLayerLa
    (``--account-for-loss-in-pipeline-split``) as one layer each: ``(layers + extras) / (pp·vpp)`` per virtual stage,
    and the first (last) virtual stage builds one transformer layer less.
 
+Without any of these, the framework profile's split rule (``pipeline_layer_split``) decides:
+
+* ``even`` (Megatron-Core): ``layers / (pp·vpp)`` per virtual stage; refused with a fix hint when it does not divide.
+* ``account-for-embedding-and-loss`` (torchtitan's ``generate_llm_fqn_per_model_part`` with its default
+  ``pipeline_parallel_first_stage_less_layers = pipeline_parallel_last_stage_less_layers = 1``; Llama 3's
+  "one Transformer layer is reduced each from the first and the last stages"): the embedding and the output/loss
+  weigh one layer each, ``layers + 2`` slots are spread over the ``pp·vpp`` virtual stages (the first
+  ``(layers + 2) mod (pp·vpp)`` get one more), and the first (last) virtual stage builds one transformer layer
+  less. For 126 layers on pp 16 × vpp 2 every chunk holds 4 layers, the first chunk of rank 0 and the last of
+  rank 15 hold 3 — the same counts as Megatron-Core's ``--account-for-embedding/loss-in-pipeline-split``.
+* ``type:transformer`` (DeepSpeed ``PipelineModule(partition_method='type:transformer')``, ``partition_uniform``):
+  as even as possible, the first ``layers mod pp`` stages one layer more.
+* ``parameters`` (DeepSpeed's default): modelled as ``type:transformer`` (the transformer layers dominate the
+  parameter count; the embedding's weight on the first stage is not balanced).
+
+Uneven first/last stages with virtual stages: Megatron-Core splits every rank's layers evenly over its chunks and
+refuses counts not divisible by ``vpp``. Pipeline engines outside Megatron (``torch-pipelining``, Meta's Llama 3
+engine) build the chunks from module lists, so a rank's layers are spread as evenly as possible: the first rank's
+short chunk is its first (next to the embedding), the last rank's its last (next to the loss), e.g. 7 layers over
+2 chunks are ``[3, 4]`` on the first rank and ``[4, 3]`` on the last.
+
 The result is the layer count of every virtual stage; the cost, memory and graph models read it through
 :mod:`trainsim.workload.stages`, so all of them agree.
 """
@@ -28,6 +49,8 @@ if TYPE_CHECKING:
     from trainsim.spec.parallelism import Parallelism
 
 _FIELD = "parallelism.pipeline_layout"
+#: Pipeline engines that split a rank's layers over its chunks exactly as Megatron-Core does (divisible by vpp).
+MEGATRON_ENGINES = frozenset({"megatron"})
 
 
 def layout_layers(par: Parallelism, num_layers: int) -> tuple[int, ...]:
@@ -45,8 +68,13 @@ def layout_layers(par: Parallelism, num_layers: int) -> tuple[int, ...]:
     return counts
 
 
-def virtual_stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
-    """Transformer layers of every virtual stage, indexed ``chunk·pp + rank``; raises on an impossible split."""
+def virtual_stage_layers(num_layers: int, par: Parallelism, split: str = "even",
+                         engine: str = "megatron") -> tuple[int, ...]:
+    """Transformer layers of every virtual stage, indexed ``chunk·pp + rank``; raises on an impossible split.
+
+    ``split`` is the framework profile's ``pipeline_layer_split`` (used when the plan gives no explicit split) and
+    ``engine`` its ``pipeline_engine`` (how uneven first/last ranks spread over their chunks): see the module
+    docstring."""
     pp, vpp = par.pp, par.vpp
     first, last = par.first_stage_layers, par.last_stage_layers
     acc_emb, acc_loss = par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split
@@ -60,7 +88,12 @@ def virtual_stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
             raise TrainsimError("parallelism.first_stage_layers",
                                 "uneven first/last stages cannot be combined with --account-for-*-in-pipeline-split",
                                 "use one of the two (Megatron-Core refuses both)")
-        return tuple(_uneven(num_layers, pp, vpp, first, last))
+        return tuple(_uneven(num_layers, pp, vpp, first, last, engine in MEGATRON_ENGINES))
+    if not (acc_emb or acc_loss) and pp * vpp > 1:
+        if split == "account-for-embedding-and-loss":
+            return _weighted(num_layers, pp * vpp)
+        if split in ("type:transformer", "parameters") and vpp == 1:
+            return _uniform(num_layers, pp)
     extras = int(acc_emb) + int(acc_loss)
     total = num_layers + extras
     if total % (pp * vpp):
@@ -82,7 +115,37 @@ def virtual_stage_layers(num_layers: int, par: Parallelism) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _uneven(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None) -> list[int]:
+def _weighted(num_layers: int, stages: int) -> tuple[int, ...]:
+    """torchtitan's ``generate_llm_fqn_per_model_part(stages, layers, input_weight=1, output_weight=1)``."""
+    slots = num_layers + 2
+    each, extra = divmod(slots, stages)
+    if each < 1:
+        raise TrainsimError("model.num_layers", f"{num_layers} layers + embedding + loss cannot fill {stages} "
+                            "virtual stages", "use fewer pipeline stages or virtual stages")
+    counts = [each + (1 if i < extra else 0) for i in range(stages)]
+    counts[0] -= 1
+    counts[-1] -= 1
+    return tuple(counts)
+
+
+def _uniform(num_layers: int, pp: int) -> tuple[int, ...]:
+    """DeepSpeed's ``partition_uniform``: the first ``layers mod pp`` stages hold one layer more."""
+    each, extra = divmod(num_layers, pp)
+    if each < 1:
+        raise TrainsimError("model.num_layers", f"{num_layers} layers cannot fill {pp} pipeline stages",
+                            "use fewer pipeline stages")
+    return tuple(each + (1 if i < extra else 0) for i in range(pp))
+
+
+def _spread(layers: int, vpp: int, short_first: bool) -> list[int]:
+    """``layers`` over ``vpp`` chunks as evenly as possible; the short chunks first (or last)."""
+    each, extra = divmod(layers, vpp)
+    chunks = [each + (1 if c >= vpp - extra else 0) for c in range(vpp)]
+    return chunks if short_first else chunks[::-1]
+
+
+def _uneven(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None,
+            megatron: bool = True) -> list[int]:
     field = "parallelism.first_stage_layers"
     if pp == 1:
         raise TrainsimError(field, "uneven first/last stages need pipeline parallelism", "use pp > 1")
@@ -93,9 +156,14 @@ def _uneven(num_layers: int, pp: int, vpp: int, first: int | None, last: int | N
         raise TrainsimError(field, f"cannot split {num_layers} layers over {pp} stages with first/last = "
                             f"{first}/{last}", "the remaining layers must divide evenly over the other stages")
     ranks = [given.get(i, rest // middle if middle else 0) for i in range(pp)]
+    if not megatron:
+        chunks = [_spread(n, vpp, short_first=r != pp - 1) for r, n in enumerate(ranks)]
+        return [chunks[vs % pp][vs // pp] for vs in range(pp * vpp)]
     bad = [r for r in ranks if r % vpp]
     if bad:
         raise TrainsimError(field, f"with {vpp} virtual stages per rank every rank's layers must divide by {vpp} "
                             f"(ranks hold {sorted(set(ranks))})",
-                            "choose first/last stage sizes divisible by vpp, or give --pipeline-model-parallel-layout")
+                            "choose first/last stage sizes divisible by vpp, give --account-for-embedding/loss-in-"
+                            "pipeline-split (one layer less on the first/last virtual stage) or "
+                            "--pipeline-model-parallel-layout")
     return [ranks[vs % pp] // vpp for vs in range(pp * vpp)]

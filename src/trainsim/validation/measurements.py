@@ -18,8 +18,18 @@ defaults of the row's source, chosen here once and documented in :data:`SOURCE_D
   reduction. GPT-3 models use the GPT-2 vocabulary (50257) and GELU; Nemotron-3 uses squared-ReLU
   (not gated), rotary positions, no biases and a 256000 vocabulary; Llama uses SwiGLU/RMSNorm/rotary.
 
-Measured iteration time: ``measured_iter_s`` when given; else from TFLOP/s per GPU with the source's own FLOP
-formula (SC'21 Eq. 3 counts the recompute forward; Megatron-Core 2024 counts model FLOPs), or from tokens/s per GPU.
+Rows of any other source (any CSV or Parquet file in the same schema: ``trainsim validate --measurements PATH``) are
+turned into jobs by :mod:`trainsim.validation.rows` with the documented rules of
+:mod:`trainsim.validation.row_rules` (framework, system and model family) and the framework's defaults for empty
+cells; a row that cannot be predicted is kept with its reason (:class:`SkippedRow`), never dropped silently.
+
+Measured iteration time (:func:`measured_iteration_time`), first available of: ``measured_iter_s``; tokens/s per
+GPU (``B·s / (tokens/s · GPUs)``); TFLOP/s per GPU with the source's own FLOP formula (SC'21 Eq. 3 counts the
+recompute forward and is used for ``sc21`` rows only; every other source with the model-FLOP formula of the dataset
+README, the FFN term of a mixture-of-experts model counting its top-k experts); ``measured_mfu`` (a fraction, or a
+percentage when above 1) times the GPU's dense 16-bit peak (TF32 for fp32 runs) with the same model-FLOP formula:
+MFU is quoted against the 16-bit peak even for FP8 runs (PaLM's definition, used by the Llama 3 paper and by
+Megatron-Core's and NeMo's reported model TFLOP/s), so FP8 rows are not divided by the FP8 peak.
 """
 
 from __future__ import annotations
@@ -28,14 +38,17 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from trainsim.errors import TrainsimError
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
 from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.presets import load_system
+from trainsim.spec.system import System
 from trainsim.spec.training import Training
 
 SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -52,17 +65,45 @@ SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
 SYSTEM_FOR_GPU = {"A100-SXM4-80GB": "dgx-a100", "H100-SXM5-80GB": "dgx-h100"}
 GPT2_VOCAB = 50257
 NEMOTRON_VOCAB = 256000
+#: Columns every measurements file must have (the others of the schema may be absent: empty cells).
+REQUIRED_COLUMNS = ("id", "model", "L", "h", "heads", "seq", "global_batch", "gpu", "num_gpus")
+#: Measured columns, in the order the iteration time is derived from them; a file needs at least one.
+MEASURED_COLUMNS = ("measured_iter_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu")
+SCHEMA_HINT = "use the columns of shared/data/published/README.md (docs/VALIDATION.md)"
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One published run: its job and measured iteration time."""
+    """One published run: its job and measured iteration time (``assumptions``: how empty cells were filled)."""
 
     id: str
     source: str
     job: Job
     measured_iter_s: float
     notes: str
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    """A row that describes no configuration trainsim can predict, with the one-line reason."""
+
+    id: str
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class MeasurementTable:
+    """Every row of a measurements file: the predictable ones and the others with their reasons."""
+
+    path: str | None  # None: the packaged table
+    rows: tuple[Measurement, ...]
+    skipped: tuple[SkippedRow, ...] = ()
+
+
+class RowError(ValueError):
+    """A row that cannot be turned into a job (reported with the row, never raised to the user)."""
 
 
 def _source(row_id: str) -> str:
@@ -103,33 +144,67 @@ def _model(row: pd.Series, source: str) -> Model:
     return Model(**fields)
 
 
-def measured_iteration_time(row: pd.Series, model: Model) -> float:
-    """Iteration time of a row, derived as the dataset README prescribes."""
-    if _val(row, "measured_iter_s") is not None:
-        return float(row["measured_iter_s"])
+def _number(row: pd.Series, key: str) -> float | None:
+    v = _val(row, key)
+    if v is None:
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise RowError(f"{key}: {v!r} is not a number") from None
+    if not math.isfinite(x) or x <= 0:
+        raise RowError(f"{key}: {v!r} must be a positive number")
+    return x
+
+
+def model_flops(model: Model, batch: int, seq: int, vocab: float) -> float:
+    """Model FLOPs of one iteration as the dataset README counts them (Megatron-Core 2024's formula, no recompute):
+    ``12·B·s·l·h²·((1 + g/a + s/h) + (f/h)·m + V/(2·l·h))``, m = 1.5 for SwiGLU; the FFN of a mixture-of-experts
+    model counts its top-k experts."""
+    layers, h = model.num_layers, model.hidden_size
+    a, g = model.num_attention_heads, model.query_groups
+    f = model.moe_router_topk * model.expert_ffn_size if model.is_moe else model.ffn_size
+    mult = 1.5 if model.swiglu else 1.0
+    return 12.0 * batch * seq * layers * h * h * ((1 + g / a + seq / h) + f / h * mult + vocab / (2 * layers * h))
+
+
+def _sc21_flops(model: Model, batch: int, seq: int, vocab: float) -> float:
+    layers, h = model.num_layers, model.hidden_size
+    return 96.0 * batch * seq * layers * h * h * (1 + seq / (6 * h) + vocab / (16 * layers * h))
+
+
+def mfu_peak(system: System, precision: str) -> float:
+    """The MFU denominator per GPU: the dense 16-bit peak (TF32 for fp32 runs), also for FP8 runs."""
+    return system.gpu.peak_flops.for_dtype("tf32" if precision == "fp32" else "bf16")
+
+
+def measured_iteration_time(row: pd.Series, model: Model, system: System | None = None,
+                            precision: str = "bf16") -> float:
+    """Iteration time of a row, derived as the dataset README prescribes (module docstring)."""
+    iter_s = _number(row, "measured_iter_s")
+    if iter_s is not None:
+        return iter_s
     n = int(row["num_gpus"])
     b, s = int(row["global_batch"]), int(row["seq"])
-    if _val(row, "measured_tokens_per_s_per_gpu") is not None:
-        return b * s / (float(row["measured_tokens_per_s_per_gpu"]) * n)
-    tflops = float(row["measured_tflops_per_gpu"])
-    layers, h, v = model.num_layers, model.hidden_size, float(row["vocab"])
-    if _source(str(row["id"])) == "sc21":
-        flops = 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
-    else:
-        a, g = model.num_attention_heads, model.query_groups
-        f = model.ffn_size
-        mult = 1.5 if model.swiglu else 1.0
-        flops = 12.0 * b * s * layers * h * h * ((1 + g / a + s / h) + f / h * mult + v / (2 * layers * h))
-    return flops / (tflops * 1e12 * n)
+    tokens = _number(row, "measured_tokens_per_s_per_gpu")
+    if tokens is not None:
+        return b * s / (tokens * n)
+    v = _number(row, "vocab") or float(model.vocab_size)
+    tflops = _number(row, "measured_tflops_per_gpu")
+    if tflops is not None:
+        sc21 = _source(str(row["id"])) == "sc21"
+        flops = _sc21_flops(model, b, s, v) if sc21 else model_flops(model, b, s, v)
+        return flops / (tflops * 1e12 * n)
+    mfu = _number(row, "measured_mfu")
+    if mfu is None or system is None:
+        raise RowError("no measured value: give measured_iter_s, measured_tokens_per_s_per_gpu, "
+                       "measured_tflops_per_gpu or measured_mfu")
+    mfu = mfu / 100 if mfu > 1 else mfu
+    return model_flops(model, b, s, v) / (mfu * mfu_peak(system, precision) * n)
 
 
-def row_to_measurement(row: pd.Series) -> Measurement:
-    """Turn one CSV row into a :class:`Measurement`."""
-    rid = str(row["id"])
-    source = _source(rid)
-    d = SOURCE_DEFAULTS[source]
-    model = _model(row, source)
-    system = load_system(SYSTEM_FOR_GPU[str(row["gpu"])])
+def system_with_overrides(row: pd.Series, system: System) -> System:
+    """The system preset with the row's ``gpus_per_node``, ``nic_per_node`` and ``nic_gbps``."""
     node = system.node
     network = system.network
     if _val(row, "gpus_per_node") is not None:
@@ -138,7 +213,16 @@ def row_to_measurement(row: pd.Series) -> Measurement:
         network = network.replace(nics_per_node=int(row["nic_per_node"]))
     if _val(row, "nic_gbps") is not None:
         network = network.replace(nic_bandwidth=float(row["nic_gbps"]) * 1e9 / 8)
-    system = system.replace(node=node, network=network)
+    return system.replace(node=node, network=network)
+
+
+def legacy_measurement(row: pd.Series) -> Measurement:
+    """A row of one of the four packaged sources (:data:`SOURCE_DEFAULTS`), exactly as it was always read."""
+    rid = str(row["id"])
+    source = _source(rid)
+    d = SOURCE_DEFAULTS[source]
+    model = _model(row, source)
+    system = system_with_overrides(row, load_system(SYSTEM_FOR_GPU[str(row["gpu"])]))
     tp, pp = int(row["tp"]), int(row["pp"])
     vpp = int(_val(row, "vpp") or 1)
     cp = int(_val(row, "cp") or 1)
@@ -167,13 +251,85 @@ def row_to_measurement(row: pd.Series) -> Measurement:
         num_gpus=int(row["num_gpus"]),
         framework=d["framework"],
     )
-    return Measurement(rid, source, job, measured_iteration_time(row, model), notes)
+    return Measurement(rid, source, job, measured_iteration_time(row, model), notes,
+                       (f"source defaults of {source!r} (SOURCE_DEFAULTS)",))
+
+
+def row_to_measurement(row: pd.Series) -> Measurement:
+    """Turn one row into a :class:`Measurement`; raises :class:`RowError` (or ``ValueError``) with the reason."""
+    source = _source(str(row["id"]))
+    if source in SOURCE_DEFAULTS and str(row.get("gpu")) in SYSTEM_FOR_GPU:
+        return legacy_measurement(row)
+    from trainsim.validation.rows import generic_measurement
+
+    return generic_measurement(row, source)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    if not text:
+        return type(exc).__name__
+    if len(text) > 1 and "validation error" in text[0]:  # pydantic: the field line and the message line
+        return f"{text[1].strip()}: {text[2].strip()}" if len(text) > 2 else text[1].strip()
+    return text[0]
+
+
+def table_to_measurements(table: pd.DataFrame, path: str | None) -> MeasurementTable:
+    """Turn every row into a :class:`Measurement` or a :class:`SkippedRow` with its reason."""
+    rows: list[Measurement] = []
+    skipped: list[SkippedRow] = []
+    for _, row in table.iterrows():
+        rid = str(row["id"])
+        try:
+            rows.append(row_to_measurement(row))
+        except (ValueError, KeyError, TypeError) as exc:
+            skipped.append(SkippedRow(rid, _source(rid), _one_line(exc)))
+    return MeasurementTable(path, tuple(rows), tuple(skipped))
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a measurements CSV or Parquet file and check its columns; one :class:`TrainsimError` per problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise TrainsimError("--measurements", f"no such file: {p}", "give a CSV or Parquet file of measurements")
+    try:
+        table = pd.read_parquet(p) if p.suffix.lower() in (".parquet", ".pq") else pd.read_csv(p)
+    except Exception as exc:  # pandas/pyarrow raise many types for unreadable files
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TrainsimError("--measurements", f"cannot read {p} ({first})", "give a CSV or Parquet file") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
+    if missing:
+        raise TrainsimError(f"--measurements column {missing[0]!r}", f"missing from {p}"
+                            + (f" (also {', '.join(missing[1:])})" if len(missing) > 1 else ""),
+                            f"add the column; {SCHEMA_HINT}")
+    if not any(c in table.columns for c in MEASURED_COLUMNS):
+        raise TrainsimError("--measurements column 'measured_iter_s'", f"{p} has no measured column",
+                            f"add one of {', '.join(MEASURED_COLUMNS)}")
+    if table.empty:
+        raise TrainsimError("--measurements", f"{p} has no rows", "give at least one measured run")
+    dup = table["id"][table["id"].duplicated()]
+    if len(dup):
+        raise TrainsimError("--measurements column 'id'", f"id {dup.iloc[0]!r} occurs more than once in {p}",
+                            "give every row its own id")
+    return table
 
 
 @cache
-def load_measurements() -> tuple[Measurement, ...]:
-    """All rows of the packaged published-measurements table."""
+def _packaged() -> MeasurementTable:
     path = resources.files("trainsim") / "data" / "published" / "measurements.csv"
     with path.open() as f:
         table = pd.read_csv(f)
-    return tuple(row_to_measurement(row) for _, row in table.iterrows())
+    return table_to_measurements(table, None)
+
+
+def load_table(path: str | Path | None = None) -> MeasurementTable:
+    """Every row of a measurements file (default: the packaged published table), predictable or not."""
+    if path is None:
+        return _packaged()
+    return table_to_measurements(read_table(path), str(path))
+
+
+def load_measurements(path: str | Path | None = None) -> tuple[Measurement, ...]:
+    """The predictable rows of a measurements file (default: the packaged table); :func:`load_table` also gives
+    the rows that cannot be predicted, with their reasons."""
+    return load_table(path).rows

@@ -8,6 +8,12 @@ constants first (and writes ``presets/calibration.yaml``). Reported per source a
 leave-one-source-out error (constants refitted on the *other* sources of the same GPU generation: an estimate of the
 error on runs the fit has not seen), and, within every group of runs of the same model, the Spearman rank correlation
 and the top-1 regret of the predicted cost per token (:mod:`trainsim.validation.ranking`).
+
+``run_validation(measurements=PATH)`` (``trainsim validate --measurements PATH``) predicts the rows of any CSV or
+Parquet file in the schema of the published table instead, with the shipped constants: the fit never sees them, so
+their error is already out of sample, and neither refits nor held-out refits are run on them (asking for either is a
+:class:`~trainsim.errors.TrainsimError`). Rows that cannot be predicted are listed with their reason
+(``ValidationReport.skipped``); rows predicted not to fit in memory are flagged (``ValidationReport.unfit``).
 """
 
 from __future__ import annotations
@@ -24,13 +30,16 @@ import yaml
 
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.job_costs import default_cost_model
+from trainsim.errors import TrainsimError
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
 from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h100_runs
-from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, load_measurements
+from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, SkippedRow, load_measurements, load_table
 from trainsim.validation.ranking import GroupRanking, rank_groups
+from trainsim.validation.row_rules import FALLBACK_FRAMEWORK, FRAMEWORK_KEYWORDS, SYSTEM_FOR_GPU_KEY
+from trainsim.validation.rows import FRAMEWORK_ROW_DEFAULTS, ROW_DEFAULTS
 
 SOURCE_NAMES = {
     "sc21": "Megatron-LM SC'21 Table 1 (A100, weak scaling)",
@@ -62,6 +71,7 @@ class RowResult:
     baseline_s: float | None = None  # one implicit stack: megatron-core profile, analytic kernels
     baseline_memory_gb: float | None = None
     tight: bool = False  # fits within 10 % of the capacity (trainsim.workload.memory.device_peak)
+    assumptions: tuple[str, ...] = ()  # how the row's empty cells were filled (Measurement.assumptions)
 
     @property
     def error(self) -> float:
@@ -91,6 +101,8 @@ class ValidationReport:
     rows: list[RowResult]
     calibrations: dict[str, Calibration]
     fits: dict[str, FitResult] = field(default_factory=dict)
+    skipped: list[SkippedRow] = field(default_factory=list)  # rows that could not be predicted, with the reason
+    measurements_path: str | None = None  # None: the packaged published table (+ the single-H100 steps)
 
     def _pick(self, source: str | None, framework: str | None) -> list[RowResult]:
         return [r for r in self.rows if (source is None or r.source == source)
@@ -160,7 +172,7 @@ def _held_out(rows: Sequence[Measurement], fitted: dict[str, Calibration],
               progress: Progress | None = None) -> dict[str, float]:
     """Predicted time of each row with its own source left out of the fit."""
     out: dict[str, float] = {}
-    groups = [(gen, gen_rows, src) for gen, gen_rows in rows_by_generation(rows).items()
+    groups = [(gen, gen_rows, src) for gen, gen_rows in rows_by_generation(rows).items() if gen in FIT_PARAMETERS
               for src in sorted({r.source for r in gen_rows})]
     for k, (gen, gen_rows, src) in enumerate(groups):
         if progress is not None:
@@ -184,13 +196,58 @@ def _model_key(r: Measurement) -> str:
     return f"{m.name.split('-full')[0].split('-mbs')[0]} {shape}"
 
 
-def run_validation(refit: bool = False, held_out: bool = True,
-                   progress: Progress | None = None) -> ValidationReport:
+def _predict_row(r: Measurement, calib: Calibration) -> RowResult:
+    p = predict(r.job, cost_model=default_cost_model(r.job, calib))
+    job = r.job
+    allocated = max(s.allocated_bytes for s in p.memory.per_stage)
+    return RowResult(r.id, r.source, r.measured_iter_s, p.iteration_time_s, p.mfu, p.memory.fits,
+                     p.memory.peak_bytes / 1e9, allocated_gb=allocated / 1e9, breakdown=dict(p.breakdown_s),
+                     framework=job.framework.name,
+                     model_key=_model_key(r),
+                     gpu_seconds_per_token=r.measured_iter_s * job.world_size / job.tokens_per_iteration,
+                     tight=p.memory.tight, assumptions=r.assumptions)
+
+
+def _add_baseline(res: RowResult, r: Measurement, run: Any, calib: Calibration) -> None:
+    """The single-H100 row's measured memory and its one-implicit-stack ablation."""
+    job = r.job
+    if run.memory_comparable:
+        res.measured_memory_gb = run.peak_alloc_bytes / 1e9
+    unset: dict[str, Any] = dict.fromkeys(("attention", "overlap_grad_reduce", "overlap_param_gather",
+                                           "tp_comm_overlap", "grad_reduce_in_fp32", "zero_stage"))
+    base_job = type(job)(model=job.model, system=job.system, parallelism=job.parallelism,
+                         training=job.training.model_copy(update=unset), num_gpus=job.num_gpus)
+    b = predict(base_job, cost_model=default_cost_model(base_job, calib, kernels="analytic"))
+    res.baseline_s = b.iteration_time_s
+    res.baseline_memory_gb = max(s.allocated_bytes for s in b.memory.per_stage) / 1e9
+
+
+def _check_file_options(refit: bool, held_out: bool | None) -> None:
+    if refit:
+        raise TrainsimError("measurements", "the constants are fitted only on the packaged published measurements",
+                            "validate the file with the shipped constants (refit=False)")
+    if held_out:
+        raise TrainsimError("--held-out", "held-out refits apply to the packaged measurements only; the rows of a "
+                            "--measurements file are never fitted on, so their error is already out of sample",
+                            "drop --held-out")
+
+
+def run_validation(refit: bool = False, held_out: bool | None = None, progress: Progress | None = None,
+                   measurements: str | Path | None = None) -> ValidationReport:
     """Predict every measured row (optionally refitting the constants first).
 
-    ``progress(done, total, phase)`` is called as fits, predictions and held-out refits complete.
+    ``measurements``: a CSV or Parquet file in the schema of the published table (default: the packaged table and
+    the single-H100 steps). A file is predicted with the shipped constants: no refit, no held-out refits
+    (``held_out`` defaults to on for the packaged data only). ``progress(done, total, phase)`` is called as fits,
+    predictions and held-out refits complete.
     """
-    rows = all_measurements()
+    if measurements is not None:
+        _check_file_options(refit, held_out)
+        table = load_table(measurements)
+        rows, skipped = table.rows, list(table.skipped)
+    else:
+        rows, skipped = all_measurements(), list(load_table().skipped)
+    held_out = measurements is None if held_out is None else held_out
     fits: dict[str, FitResult] = {}
     calibs: dict[str, Calibration] = {}
     generations = rows_by_generation(rows)
@@ -202,40 +259,30 @@ def run_validation(refit: bool = False, held_out: bool = True,
             calibs[gen] = fits[gen].calibration
         else:
             calibs[gen] = calibration_for(gen)
-    h100 = {f"{r.id}": r for r in load_h100_runs()}
+    h100 = {f"{r.id}": r for r in load_h100_runs()} if measurements is None else {}
     results = []
+    predicted = []
     for k, r in enumerate(rows):
         if progress is not None:
             progress(k, len(rows), "measured runs")
         calib = calibs[r.job.system.gpu.generation]
-        p = predict(r.job, cost_model=default_cost_model(r.job, calib))
-        job = r.job
-        allocated = max(s.allocated_bytes for s in p.memory.per_stage)
-        res = RowResult(r.id, r.source, r.measured_iter_s, p.iteration_time_s, p.mfu, p.memory.fits,
-                        p.memory.peak_bytes / 1e9, allocated_gb=allocated / 1e9, breakdown=dict(p.breakdown_s),
-                        framework=job.framework.name,
-                        model_key=_model_key(r),
-                        gpu_seconds_per_token=r.measured_iter_s * job.world_size / job.tokens_per_iteration,
-                        tight=p.memory.tight)
+        try:
+            res = _predict_row(r, calib)
+        except ValueError as exc:  # a configuration the models refuse: reported with the row, never a crash
+            skipped.append(SkippedRow(r.id, r.source, f"prediction failed: {str(exc).splitlines()[0]}"))
+            continue
         run = h100.get(r.id)
         if run is not None:
-            if run.memory_comparable:
-                res.measured_memory_gb = run.peak_alloc_bytes / 1e9
-            unset: dict[str, Any] = dict.fromkeys(("attention", "overlap_grad_reduce", "overlap_param_gather",
-                                                   "tp_comm_overlap", "grad_reduce_in_fp32", "zero_stage"))
-            base_job = type(job)(model=job.model, system=job.system, parallelism=job.parallelism,
-                                 training=job.training.model_copy(update=unset), num_gpus=job.num_gpus)
-            b = predict(base_job, cost_model=default_cost_model(base_job, calib, kernels="analytic"))
-            res.baseline_s = b.iteration_time_s
-            res.baseline_memory_gb = max(s.allocated_bytes for s in b.memory.per_stage) / 1e9
+            _add_baseline(res, r, run, calib)
         results.append(res)
+        predicted.append(r)
     if progress is not None:
         progress(len(rows), len(rows), "measured runs")
     if held_out:
-        ho = _held_out(rows, calibs, progress)
+        ho = _held_out(predicted, calibs, progress)
         for res in results:
             res.held_out_s = ho.get(res.id)
-    return ValidationReport(results, calibs, fits)
+    return ValidationReport(results, calibs, fits, skipped, None if measurements is None else str(measurements))
 
 
 def write_calibration(report: ValidationReport, path: Path) -> None:
@@ -287,9 +334,21 @@ def _group_lines(report: ValidationReport, title: str, keys: list[str], by: str)
     return lines
 
 
-def render_markdown(report: ValidationReport) -> str:
-    """The docs/VALIDATION.md text."""
-    lines = [
+def _intro(report: ValidationReport) -> list[str]:
+    if report.measurements_path is not None:
+        return [
+            "# Validation",
+            "",
+            f"Generated by `trainsim validate --measurements {report.measurements_path}` (trainsim, Python "
+            f"{platform.python_version()}, {date.today().isoformat()}).",
+            "",
+            "Each row is predicted with `trainsim.predict` under its framework profile, with the shipped constants",
+            "(fitted only on the packaged published measurements and the single-H100 steps: these rows are out of",
+            "sample, so no held-out refit is run). How every empty cell was filled is listed per row under",
+            "*Assumptions per row*; rows that describe no configuration trainsim can predict are listed with their",
+            "reason under *Rows not predicted*.",
+        ]
+    return [
         "# Validation",
         "",
         "Generated by `trainsim validate --write docs/VALIDATION.md` "
@@ -306,6 +365,18 @@ def render_markdown(report: ValidationReport) -> str:
         "(constants refitted on the other sources of the same GPU generation). *Spearman* and *top-1 regret* are",
         "computed within every group of runs of the same model, on the GPU-seconds per token (what plan search",
         "ranks); the columns average over the groups (— where a source has no group of two or more runs).",
+        "",
+        "`trainsim validate --measurements PATH` predicts any other CSV or Parquet file in the same schema (other",
+        "sources, GPUs and frameworks) with these constants; the rules that turn its rows into jobs are listed under",
+        "*Settings chosen for cells the sources leave empty* below, and rows it cannot predict are reported with",
+        "their reason, never dropped.",
+    ]
+
+
+def render_markdown(report: ValidationReport) -> str:
+    """The docs/VALIDATION.md text (or the report of a ``--measurements`` file)."""
+    lines = [
+        *_intro(report),
         "",
         "## Accuracy per source",
         "",
@@ -363,11 +434,13 @@ def render_markdown(report: ValidationReport) -> str:
         "blocks before it reports out of memory (`trainsim.workload.memory.device_peak`). The fp32 copy of",
         "16-bit gradients exists only during the optimizer step (`main_grad_copy_bytes`). Rows predicted not to",
         "fit are marked below; `tests/validation/test_memory_fits.py` fails if there is one.",
+        *_unfit_and_skipped_lines(report),
         "",
         "## Fitted constants",
         "",
         "Per GPU generation, fitted by `trainsim calibrate` (mean squared log error with a weak pull to documented",
-        "priors). Values in parentheses are not fitted for that generation. Blackwell has no row and uses Hopper's.",
+        "priors). Values in parentheses are not fitted for that generation. Blackwell has no row and uses Hopper's,",
+        "with the measured H100 large-kernel efficiencies in place of the priors (docs/model.md section 7).",
         "",
     ]
     gens = sorted(report.calibrations)
@@ -429,11 +502,89 @@ def render_markdown(report: ValidationReport) -> str:
         f"(`trainsim.validation.h100`); memory not compared for {', '.join(sorted(SUSPECT_MEMORY))}.",
         "",
     ]
+    lines += generic_rules_lines()
+    if report.measurements_path is not None:
+        lines += _assumption_lines(report)
+        return "\n".join(lines)
     nccl = _nccl_section()
     if nccl:
         lines += [nccl.rstrip(), ""]
     lines += zero3_scale_lines()
     return "\n".join(lines)
+
+
+def _unfit_and_skipped_lines(report: ValidationReport) -> list[str]:
+    """Rows predicted out of memory, and rows not predicted with their reason (nothing when there are none)."""
+    lines: list[str] = []
+    unfit = report.unfit()
+    if unfit:
+        lines += ["", f"**Predicted not to fit although they ran** ({len(unfit)}): "
+                  + ", ".join(f"{r.id} ({r.peak_memory_gb:.0f} GB)" for r in unfit) + "."]
+    if report.skipped:
+        lines += ["", "## Rows not predicted", "",
+                  "Rows that describe no configuration trainsim can predict, with the reason (not in any error above).",
+                  "", "| id | source | reason |", "|---|---|---|"]
+        lines += [f"| {r.id} | {r.source} | {r.reason.replace('|', '/')} |" for r in report.skipped]
+    return lines
+
+
+def _assumption_lines(report: ValidationReport) -> list[str]:
+    lines = ["## Assumptions per row", "", "| id | profile | assumptions |", "|---|---|---|"]
+    for r in report.rows:
+        lines.append(f"| {r.id} | `{r.framework}` | {'; '.join(r.assumptions).replace('|', '/')} |")
+    lines.append("")
+    return lines
+
+
+def generic_rules_lines() -> list[str]:
+    """How rows of other sources (``--measurements``) become jobs: the tables of
+    :mod:`trainsim.validation.row_rules` and :mod:`trainsim.validation.rows`, rendered from the data."""
+    rules = [f"  {k}. {r.label} → `{r.framework}`"
+             + (f" (`{r.otherwise}` while that profile is not shipped)" if r.otherwise else "")
+             for k, r in enumerate(FRAMEWORK_KEYWORDS, 1)]
+    fw_defaults = "; ".join(f"`{fw}`: " + ", ".join(f"{k}={v}" for k, v in d.items())
+                            for fw, d in FRAMEWORK_ROW_DEFAULTS.items())
+    gpus = ", ".join(f"{k.upper()} → `{v}`" for k, v in SYSTEM_FOR_GPU_KEY.items())
+    return [
+        "### Rows of other sources (`trainsim validate --measurements PATH`)",
+        "",
+        "Rows whose id prefix is not one of the four above (`trainsim.validation.rows`, tables in",
+        "`trainsim.validation.row_rules`); every choice is reported with the row (`--json`: `assumptions`).",
+        "",
+        "- **Framework**: a `framework` column (`NAME[@version]`) wins; else the first of these keywords found in",
+        "  the `source` text, then in the `notes` (case-insensitive; `row_rules.FRAMEWORK_KEYWORDS`):",
+        "",
+        *rules,
+        "",
+        "  `megatron-by-year`: the first year in the text, 2022 or earlier → `megatron-lm-2021`, else",
+        f"  `megatron-core`. No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
+        "- **Empty cells**: " + ", ".join(f"{k}={v}" for k, v in ROW_DEFAULTS.items()) + ";",
+        f"  per framework: {fw_defaults}.",
+        "  `zero`, the overlap flags, the gradient-reduce dtype and the attention path come from the profile",
+        "  (`default_zero_stage`: NeMo 1, FSDP and torchtitan 3, the others 0); tp/pp/vpp/cp/ep 1; dp from the",
+        "  GPU count. An unstated recompute that would leave the run out of memory becomes the lightest one that",
+        "  fits (selective where attention keeps the s² scores, then full): the run ran, so it recomputed.",
+        f"- **GPU → system**: {gpus};",
+        "  an A100 named 40GB has 40 GiB at 1555 GB/s. Other GPUs and PCIe/NVL parts are not predicted (listed",
+        "  with the reason). `gpus_per_node`, `nic_per_node` and `nic_gbps` override the preset; on an NVL72",
+        "  system a `gpus_per_node` of 4 is a compute tray of the 72-GPU NVLink domain.",
+        "- **Model**: a model preset of the same shape (L, h, heads, kv_heads) whose family name occurs in the",
+        "  model name gives the architecture (the only way a mixture-of-experts row is predicted: the schema has no",
+        "  expert columns); else by name: Nemotron (squared-ReLU, RoPE, no biases, vocab 256000), Llama 3",
+        "  (SwiGLU/RMSNorm/RoPE, untied, no biases, vocab 128256), Llama, Mistral (vocab 32000), Qwen 2 (QKV",
+        "  biases) / Qwen 3 (QK norm, vocab 151936), BLOOM (ALiBi, vocab 250880), else GPT (GELU 4h MLP, biases,",
+        "  learned positions, tied, vocab 50257; no dropout under `megatron-core`/`nemo`). An empty ffn is 4h, or",
+        "  Megatron's SwiGLU default for gated families.",
+        "- **Pipeline split** when L does not divide over pp·vpp: `pipeline_layout` or `first_stage_layers` /",
+        "  `last_stage_layers` columns; else, when L + 2 divides, the embedding and the loss count as one layer each",
+        "  (Megatron-Core's `account_for_embedding/loss_in_pipeline_split`: Llama 3 405B, NeMo's 405B recipe); else",
+        "  first/last stage layers stated in the notes; else not predicted.",
+        "- **Measured time**: `measured_iter_s`; else tokens/s per GPU; else TFLOP/s per GPU with the model-FLOP",
+        "  formula of the dataset README (SC'21's hardware-FLOP formula for `sc21` rows only; MoE: top-k experts);",
+        "  else `measured_mfu` (a percentage when above 1) × the dense 16-bit peak (TF32 for fp32), also for FP8",
+        "  runs (MFU is quoted against the 16-bit peak).",
+        "",
+    ]
 
 
 #: Sharded data parallelism at scale: the plans ``zero3_scale_lines`` predicts (model preset or shape, seq, GPUs).

@@ -51,6 +51,7 @@ class Sharding:
     grad_reduce_bytes: float  # bytes per gradient element reduced
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    grads_sharded_with_pp: bool = False  # ZeRO-3 with pipelining keeps gradients sharded (profile shard_grads_with_pp)
 
     @property
     def gather_per_step(self) -> bool:
@@ -71,9 +72,10 @@ class Sharding:
     def memory_stage(self) -> int:
         """The ZeRO stage whose memory the job keeps: FSDP-style sharding with pipelining holds the gathered
         parameters and unsharded gradients through the step, with sharded master weights and optimizer states —
-        the distributed optimizer's footprint."""
+        the distributed optimizer's footprint — or, where the profile keeps gradients sharded with pipelining
+        (Llama 3's FSDP "shards optimizer states and gradients"), ZeRO-2's."""
         if self.zero_stage >= 3 and not self.per_microbatch_gather:
-            return 1
+            return 2 if self.grads_sharded_with_pp else 1
         return self.zero_stage
 
 
@@ -103,4 +105,5 @@ def sharding_of(job: Job) -> Sharding:
         # reduce-scatters each layer's gradients as its last backward finishes
         overlap_grad_reduce=bool(tr.overlap_grad_reduce) or (zero >= 3 and not per_mb),
         overlap_param_gather=bool(tr.overlap_param_gather) or (zero >= 3 and not per_mb),
+        grads_sharded_with_pp=zero >= 3 and not per_mb and bool(fw.shard_grads_with_pp),
     )

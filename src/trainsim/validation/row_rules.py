@@ -1,0 +1,162 @@
+"""Documented rules that turn a measurement row of any source into a job: framework, system and model family.
+
+The tables below are data, read in order (first match wins); adding a framework, a GPU or a model family is one line.
+They are used for rows whose source is not one of the four packaged ones (:mod:`trainsim.validation.measurements`
+keeps those exactly as before); every choice is reported with the row (``Measurement.assumptions``) and listed in
+docs/VALIDATION.md, section "Settings chosen for cells the sources leave empty".
+
+**Framework** (:func:`infer_framework`): an optional ``framework`` column (``NAME[@version]``, any preset of
+``presets/frameworks``) wins. Else :data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against
+the ``notes``: Megatron-DeepSpeed before DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper
+(``meta-llama3`` when that profile is shipped, else ``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry /
+accelerate, Hugging Face transformers, Megatron-LM / Megatron-Core (by the first year in the text: 2022 or earlier is
+``megatron-lm-2021``, else ``megatron-core``). Entries whose profile is not shipped are skipped. No match: the
+default stack ``megatron-core``, reported as a fallback.
+
+**System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
+in :data:`SYSTEM_FOR_GPU_KEY`. An A100 whose name says 40GB is the DGX-A100 40GB part (40 GiB HBM2 at 1555 GB/s,
+A100 datasheet). PCIe / NVL form factors and GPUs without a preset are not predictable (reported, not guessed).
+
+**Model family** (:func:`family_of`): :data:`FAMILIES` by the model name; each family gives the architecture the
+measurement schema has no column for and the vocabulary when the ``vocab`` cell is empty.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainsim.spec.framework import list_frameworks
+
+MEGATRON_2021_LAST_YEAR = 2022  # Megatron-LM before Megatron-Core (first Megatron-Core release: 2023)
+
+
+@dataclass(frozen=True)
+class FrameworkRule:
+    """``pattern`` (regex, case-insensitive) found in the text selects ``framework`` (or, when that profile is not
+    shipped, ``otherwise``); ``label`` says in words what the pattern matches."""
+
+    label: str
+    pattern: str
+    framework: str
+    otherwise: str | None = None
+
+
+#: Ordered: the first rule whose pattern occurs in the text wins. ``megatron-by-year`` is resolved by the year.
+FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
+    FrameworkRule("Megatron-DeepSpeed", r"megatron[-_ ]?deepspeed", "megatron-deepspeed"),
+    FrameworkRule("NeMo, Megatron-Bridge", r"\bnemo\b|megatron[-_ ]?bridge", "nemo"),
+    FrameworkRule("torchtitan", r"torchtitan", "torchtitan"),
+    # 'The Llama 3 Herd of Models': Meta's stack (TP, CP, PP and FSDP-style sharding); until its profile ships, the
+    # Megatron-Core profile (same 4D parallelism, sharded optimizer from the zero column)
+    FrameworkRule("Herd of Models (Llama 3 paper)", r"herd of models", "meta-llama3", "megatron-core"),
+    FrameworkRule("DeepSpeed, ZeRO-3, ZeRO-Infinity", r"deepspeed|\bzero[-_ ]?(?:3|infinity)\b", "deepspeed"),
+    FrameworkRule("FSDP, FSDP2, llm-foundry, accelerate", r"\bfsdp2?\b|llm[-_ ]?foundry|\baccelerate\b", "fsdp"),
+    FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
+    FrameworkRule("Megatron-LM, Megatron-Core, MCore", r"megatron[-_ ]?(?:lm|core)|\bmcore\b", "megatron-by-year"),
+)
+FALLBACK_FRAMEWORK = "megatron-core"
+_YEAR = re.compile(r"(?<!\d)(20[0-3]\d)(?!\d)")
+
+
+def _megatron_by_year(text: str) -> str:
+    found = _YEAR.search(text)
+    if found and int(found.group(1)) <= MEGATRON_2021_LAST_YEAR:
+        return "megatron-lm-2021"
+    return "megatron-core"
+
+
+def _match(text: str, shipped: list[str]) -> tuple[str, str] | None:
+    for rule in FRAMEWORK_KEYWORDS:
+        found = re.search(rule.pattern, text, re.IGNORECASE)
+        if found is None:
+            continue
+        name = _megatron_by_year(text) if rule.framework == "megatron-by-year" else rule.framework
+        if name in shipped:
+            return name, repr(found.group(0))
+        if rule.otherwise is not None:
+            return rule.otherwise, f"{found.group(0)!r} ({name} not shipped)"
+    return None
+
+
+def infer_framework(cell: str | None, source: str, notes: str) -> tuple[str, str]:
+    """The row's framework and how it was chosen (``framework`` column, keyword in source/notes, or fallback)."""
+    if cell:
+        return cell, "framework column"
+    shipped = list_frameworks()
+    for where, text in (("source", source), ("notes", notes)):
+        hit = _match(text, shipped)
+        if hit is not None:
+            return hit[0], f"{hit[1]} in {where}"
+    return FALLBACK_FRAMEWORK, "fallback: no framework named in source or notes"
+
+
+# ---- GPUs ---------------------------------------------------------------------------------------------------------
+#: normalised GPU model (:func:`trainsim.cost.tables.gpu_key`) -> system preset
+SYSTEM_FOR_GPU_KEY: dict[str, str] = {
+    "a100": "dgx-a100", "h100": "dgx-h100", "h200": "hgx-h200", "b200": "dgx-b200", "b300": "dgx-b300",
+    "gb200": "nvl72-gb200", "gb300": "nvl72-gb300",
+}
+#: A100 40GB SXM4 (A100 datasheet): 40 GiB HBM2 at 1555 GB/s; the rest as the 80GB part.
+A100_40GB = {"name": "A100-SXM4-40GB", "hbm_capacity": 40 * 2**30, "hbm_bandwidth": 1555e9}
+#: GPUs of a rack-scale NVLink domain per compute tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs per tray).
+NVL_TRAY_GPUS = 4
+
+
+def system_for_gpu(name: str) -> tuple[str, dict[str, Any]] | None:
+    """System preset and GPU-field overrides for a GPU name; ``None`` when no preset describes it."""
+    from trainsim.cost.tables import gpu_key
+
+    preset = SYSTEM_FOR_GPU_KEY.get(gpu_key(name))
+    if preset is None:
+        return None
+    if preset == "dgx-a100" and re.search(r"40\s*gb", name, re.IGNORECASE):
+        return preset, dict(A100_40GB)
+    return preset, {}
+
+
+# ---- model families -----------------------------------------------------------------------------------------------
+_LLAMA_LIKE: dict[str, Any] = {
+    "swiglu": True, "normalization": "RMSNorm", "position_embedding_type": "rope",
+    "untie_embeddings_and_output_weights": True, "add_bias_linear": False, "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: name pattern (regex on the lower-cased name), architecture fields, default vocabulary."""
+
+    name: str
+    pattern: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    vocab: int | None = None
+    gated_ffn: bool = False  # an empty ffn cell is Megatron's SwiGLU default (2/3·4h), else 4h
+
+
+#: Ordered: first match wins; ``gpt`` matches everything (GELU 4h MLP with biases, learned positions, tied).
+FAMILIES: tuple[Family, ...] = (
+    Family("nemotron", r"nemotron", {"swiglu": False, "position_embedding_type": "rope",
+                                     "untie_embeddings_and_output_weights": True, "add_bias_linear": False,
+                                     "hidden_dropout": 0.0, "attention_dropout": 0.0}, vocab=256000),
+    Family("llama3", r"llama[\s_.-]*3(?!\d)", _LLAMA_LIKE, vocab=128256, gated_ffn=True),
+    Family("llama", r"llama", _LLAMA_LIKE, vocab=32000, gated_ffn=True),
+    Family("mistral", r"mistral|mixtral", _LLAMA_LIKE, vocab=32000, gated_ffn=True),
+    Family("qwen2", r"qwen[\s_.-]*2", {**_LLAMA_LIKE, "add_qkv_bias": True}, vocab=151936, gated_ffn=True),
+    Family("qwen3", r"qwen[\s_.-]*3", {**_LLAMA_LIKE, "qk_layernorm": True}, vocab=151936, gated_ffn=True),
+    Family("bloom", r"bloom", {"position_embedding_type": "alibi", "hidden_dropout": 0.0,
+                               "attention_dropout": 0.0}, vocab=250880),
+    Family("gpt", r"", {}, vocab=50257),
+)
+#: Frameworks whose GPT models train without dropout (Megatron-Core / NeMo GPT configs: hidden_dropout 0).
+NO_DROPOUT_GPT_FRAMEWORKS = frozenset({"megatron-core", "nemo"})
+#: Names of mixture-of-experts models: the schema has no expert columns, so only a preset of the same shape can say.
+MOE_NAME = re.compile(r"mixtral|\bmoe\b|deepseek[\s_-]*v[23]|\ba\d+b\b|llama[\s_-]*4|gpt[\s_-]*oss|grok|kimi|"
+                      r"\d+x\d+b", re.IGNORECASE)
+
+
+def family_of(name: str) -> Family:
+    """The first family whose pattern occurs in the (lower-cased) model name."""
+    lower = name.lower()
+    return next(f for f in FAMILIES if re.search(f.pattern, lower))

@@ -1,0 +1,362 @@
+"""A measurement row of any source as a :class:`~trainsim.validation.measurements.Measurement`.
+
+Used for every row whose source is not one of the four packaged ones (those keep their
+:data:`~trainsim.validation.measurements.SOURCE_DEFAULTS`). The framework, system and model family come from the
+documented tables of :mod:`trainsim.validation.row_rules`; empty cells take the framework's defaults, all listed
+here and in docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
+
+- ``precision``: bf16 (fp16 for ``megatron-lm-2021``, whose 2021 examples train with ``--fp16``);
+- ``micro_batch``: 1; ``tp``, ``pp``, ``vpp``, ``cp`` (and the optional ``ep`` column): 1; ``dp``: from
+  ``num_gpus / (tp·pp·cp)``;
+- ``sp``: off (Megatron's ``--sequence-parallel`` default), on with tp > 1 for ``nemo`` (NeMo / Megatron-Bridge
+  recipes set ``sequence_parallel=True`` with TP) and ``torchtitan`` (its TP plan shards norms over the sequence);
+- ``recompute``: none (no framework recomputes by default), unless the job would then not fit in memory: the run
+  ran, so it recomputed — the lightest recomputation that fits (selective first where attention keeps the s² scores,
+  then full), reported with the row;
+- ``zero``: the profile's ``default_zero_stage`` (Megatron 0, NeMo 1: distributed optimizer, FSDP and torchtitan 3:
+  full sharding, DeepSpeed 0); overlap flags, gradient-reduce dtype, attention path: the profile's;
+- pipeline send/recv overlapped, except ``megatron-lm-2021`` (blocking, as for the SC'21 rows); notes saying
+  ``DDP impl=torch`` overlap the gradient all-reduce with the backward pass (PyTorch DDP buckets).
+
+Layers that do not divide over ``pp·vpp``: an optional ``pipeline_layout`` or ``first_stage_layers`` /
+``last_stage_layers`` column wins; else when ``L + 2`` divides, the embedding and the loss count as one layer each
+(Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``: the first
+and last stage hold one layer fewer, as Meta's Llama 3 405B and NeMo's 405B recipe); else first/last stage layer counts
+stated in the notes (``--decoder-first-pipeline-num-layers N`` or "first stage ... N layers"); else the row is not
+predictable. Model: a model preset of the same shape (``L``, ``h``, ``heads``, ``kv_heads``) whose family name occurs
+in the row's model name gives the architecture (this is how mixture-of-experts models are recognised: the schema has
+no expert columns, and an MoE name without such a preset is not predictable); otherwise the family rules of
+:data:`~trainsim.validation.row_rules.FAMILIES`. Optional extension columns: ``framework``, ``ep``,
+``first_stage_layers``, ``last_stage_layers``, ``pipeline_layout``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import pandas as pd
+
+from trainsim.spec.framework import load_framework
+from trainsim.spec.job import Job
+from trainsim.spec.model import Model, megatron_swiglu_ffn
+from trainsim.spec.parallelism import Parallelism
+from trainsim.spec.presets import list_models, load_model, load_system
+from trainsim.spec.system import System
+from trainsim.spec.training import Precision, Recompute, Training
+from trainsim.validation.measurements import MEASURED_COLUMNS, Measurement, RowError, measured_iteration_time
+from trainsim.validation.row_rules import (
+    MOE_NAME,
+    NO_DROPOUT_GPT_FRAMEWORKS,
+    NVL_TRAY_GPUS,
+    SYSTEM_FOR_GPU_KEY,
+    family_of,
+    infer_framework,
+    system_for_gpu,
+)
+
+#: Defaults for empty cells, per framework on top of :data:`ROW_DEFAULTS` (module docstring gives the sources).
+ROW_DEFAULTS: dict[str, Any] = {"precision": "bf16", "sp": False, "recompute": "none", "micro_batch": 1,
+                                "overlap_p2p_comm": True}
+FRAMEWORK_ROW_DEFAULTS: dict[str, dict[str, Any]] = {
+    "megatron-lm-2021": {"precision": "fp16", "overlap_p2p_comm": False},
+    "nemo": {"sp": True},
+    "torchtitan": {"sp": True},
+}
+_TRUE = {"on", "true", "yes", "y", "1", "1.0"}
+_FALSE = {"off", "false", "no", "n", "0", "0.0", "none"}
+_RECOMPUTE: dict[str, Recompute] = {
+    "none": "none", "no": "none", "off": "none", "false": "none", "selective": "selective", "full": "full",
+    "uniform": "full", "block": "full", "yes": "full", "true": "full"}
+_SHARD_WORDS = {"fsdp": 3, "fsdp2": 3, "full_shard": 3, "fully_shard": 3, "hsdp": 3, "hybrid_shard": 3,
+                "shard_grad_op": 2, "distributed optimizer": 1, "distributed_optimizer": 1, "dist-opt": 1}
+
+
+def row_defaults(framework: str) -> dict[str, Any]:
+    """Defaults for the empty cells of a row run by ``framework``."""
+    return ROW_DEFAULTS | FRAMEWORK_ROW_DEFAULTS.get(framework, {})
+
+
+# ---- cells --------------------------------------------------------------------------------------------------------
+def _text(row: pd.Series, key: str) -> str | None:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    s = str(v).strip()
+    return s or None
+
+
+def _int(row: pd.Series, key: str) -> int | None:
+    s = _text(row, key)
+    if s is None:
+        return None
+    try:
+        x = float(s)
+    except ValueError:
+        raise RowError(f"{key}: {s!r} is not an integer") from None
+    if not x.is_integer() or x < 0:
+        raise RowError(f"{key}: {s!r} is not a non-negative integer")
+    return int(x)
+
+
+def _required_int(row: pd.Series, key: str) -> int:
+    x = _int(row, key)
+    if x is None:
+        raise RowError(f"{key}: empty (every row needs it)")
+    return x
+
+
+def _switch(row: pd.Series, key: str) -> bool | None:
+    s = _text(row, key)
+    if s is None:
+        return None
+    if s.lower() in _TRUE or s.lower() in _FALSE:
+        return s.lower() in _TRUE
+    raise RowError(f"{key}: {s!r} is not on/off")
+
+
+def _recompute(row: pd.Series) -> Recompute | None:
+    s = _text(row, "recompute")
+    if s is None:
+        return None
+    if s.lower() not in _RECOMPUTE:
+        raise RowError(f"recompute: {s!r} is not full, selective or none")
+    return _RECOMPUTE[s.lower()]
+
+
+def _zero(row: pd.Series) -> int | None:
+    s = _text(row, "zero")
+    if s is None:
+        return None
+    low = s.lower()
+    if low in _FALSE:
+        return 0
+    if low in _SHARD_WORDS:
+        return _SHARD_WORDS[low]
+    found = re.fullmatch(r"(?:zero|stage)?[\s_-]*([0-3])(?:\.0)?", low)
+    if found is None:
+        raise RowError(f"zero: {s!r} is not a ZeRO stage (none, 1, 2, 3, fsdp)")
+    return int(found.group(1))
+
+
+_PRECISION: tuple[tuple[str, Precision], ...] = (
+    ("fp8", "fp8"), ("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16"), ("float16", "fp16"), ("fp32", "fp32"),
+    ("tf32", "fp32"))
+
+
+def _precision(row: pd.Series) -> Precision | None:
+    s = _text(row, "precision")
+    if s is None:
+        return None
+    low = s.lower()
+    for key, value in _PRECISION:
+        if key in low:
+            return value
+    raise RowError(f"precision: {s!r} is not fp32, fp16, bf16 or fp8")
+
+
+# ---- system -------------------------------------------------------------------------------------------------------
+def row_system(row: pd.Series) -> tuple[System, list[str]]:
+    """The system preset of the row's GPU with its node and NIC cells applied."""
+    gpu = _text(row, "gpu") or ""
+    found = system_for_gpu(gpu)
+    if found is None:
+        known = ", ".join(k.upper() for k in SYSTEM_FOR_GPU_KEY)
+        raise RowError(f"gpu: no system preset for {gpu!r} (SXM parts with a preset: {known})")
+    preset, gpu_fields = found
+    system = load_system(preset)
+    notes = [f"system {preset}" + (f" ({gpu_fields['name']})" if gpu_fields else "")]
+    if gpu_fields:
+        system = system.replace(gpu=system.gpu.replace(**gpu_fields))
+    node, network = system.node, system.network
+    gpn, nics, gbps = _int(row, "gpus_per_node"), _int(row, "nic_per_node"), _text(row, "nic_gbps")
+    if gpn == NVL_TRAY_GPUS and node.gpus_per_node > NVL_TRAY_GPUS * 2:
+        notes.append(f"gpus_per_node {gpn} is a compute tray of the {node.gpus_per_node}-GPU NVLink domain")
+        nics = None if nics is None else nics * node.gpus_per_node // gpn
+    elif gpn is not None:
+        node = node.replace(gpus_per_node=gpn)
+    if nics is not None:
+        network = network.replace(nics_per_node=nics)
+    if gbps is not None:
+        try:
+            network = network.replace(nic_bandwidth=float(gbps) * 1e9 / 8)
+        except ValueError:
+            raise RowError(f"nic_gbps: {gbps!r} is not a number") from None
+    return system.replace(node=node, network=network), notes
+
+
+# ---- model --------------------------------------------------------------------------------------------------------
+@cache
+def _presets() -> tuple[tuple[str, Model], ...]:
+    out = []
+    for name in list_models():
+        token = re.match(r"[a-z]+", name)
+        if token is not None:
+            out.append((token.group(0), load_model(name)))
+    return tuple(out)
+
+
+def matching_preset(name: str, layers: int, hidden: int, heads: int, kv: int | None) -> Model | None:
+    """The model preset of this shape whose family name (leading letters) occurs in the row's model name (the one
+    whose whole name occurs in it first)."""
+    flat = re.sub(r"[^a-z0-9]", "", name.lower())
+    found = [m for token, m in _presets()
+             if token in flat and (m.num_layers, m.hidden_size, m.num_attention_heads) == (layers, hidden, heads)
+             and (kv is None or kv == m.query_groups)]
+    named = [m for m in found if re.sub(r"[^a-z0-9]", "", m.name) in flat]  # prefer the preset the name spells out
+    return (named or found or [None])[0]
+
+
+def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
+    """The row's model: a preset of the same shape, else the family rules of the model name."""
+    name = _text(row, "model") or "custom"
+    layers, hidden, heads = (_required_int(row, k) for k in ("L", "h", "heads"))
+    kv, ffn, vocab, seq = _int(row, "kv_heads"), _int(row, "ffn"), _int(row, "vocab"), _required_int(row, "seq")
+    preset = matching_preset(name, layers, hidden, heads, kv)
+    if preset is not None:
+        fields = preset.model_dump(exclude={"name", "seq_length", "source", "approximations"})
+        if kv is not None:
+            fields["num_query_groups"] = kv
+        if ffn is not None and not preset.is_moe:
+            fields["ffn_hidden_size"] = ffn
+        if vocab is not None:
+            fields["vocab_size"] = vocab
+        return Model(name=name, seq_length=seq, **fields), [f"architecture of model preset {preset.name}"]
+    if MOE_NAME.search(name):
+        raise RowError(f"model: {name!r} looks like a mixture-of-experts model and no model preset has its shape "
+                       f"(L={layers}, h={hidden}, heads={heads}); the schema has no expert columns")
+    fam = family_of(name)
+    fields = dict(fam.fields)
+    if fam.name == "gpt" and framework in NO_DROPOUT_GPT_FRAMEWORKS:
+        fields |= {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    notes = [f"model family {fam.name}"]
+    if ffn is None:
+        ffn = megatron_swiglu_ffn(hidden) if fam.gated_ffn else 4 * hidden
+        notes.append(f"ffn {ffn} (family default)")
+    if vocab is None:
+        vocab = fam.vocab or 50257
+        notes.append(f"vocab {vocab} (family default)")
+    return Model(name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=kv,
+                 ffn_hidden_size=ffn, vocab_size=vocab, seq_length=seq, **fields), notes
+
+
+# ---- parallelism --------------------------------------------------------------------------------------------------
+_FIRST_LAST_FLAG = re.compile(r"decoder[-_](first|last)[-_]pipeline[-_]num[-_]layers[\s=:]+(\d+)", re.IGNORECASE)
+_FIRST_LAST_TEXT = re.compile(r"(first|last)[\s-]+(?:pipeline[\s-]+)?stage\D{0,16}?(\d+)\s*(?:transformer\s+)?"
+                              r"layers", re.IGNORECASE)
+
+
+def _stated_first_last(notes: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pattern in (_FIRST_LAST_FLAG, _FIRST_LAST_TEXT):
+        for which, count in pattern.findall(notes):
+            out.setdefault(f"{which.lower()}_stage_layers", int(count))
+    return out
+
+
+def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str) -> tuple[dict[str, Any], list[str]]:
+    """Parallelism fields fixing how ``layers`` split over ``pp·vpp`` virtual stages (module docstring)."""
+    layout = _text(row, "pipeline_layout")
+    if layout is not None:
+        return {"pipeline_layout": layout}, ["pipeline_layout column"]
+    cells = {k: v for k in ("first_stage_layers", "last_stage_layers") if (v := _int(row, k)) is not None}
+    if cells:
+        return cells, ["first/last stage layer columns"]
+    stages = pp * vpp
+    if layers % stages == 0:
+        return {}, []
+    if (layers + 2) % stages == 0:
+        return ({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True},
+                ["embedding and loss counted as one layer each in the pipeline split"])
+    stated = _stated_first_last(notes)
+    if stated:
+        return stated, ["first/last stage layers from the notes"]
+    raise RowError(f"L: {layers} layers do not divide over pp·vpp = {stages}, nor with the embedding and loss "
+                   f"counted as layers ({layers + 2}); state the first/last stage layers (notes or "
+                   "first_stage_layers/last_stage_layers columns)")
+
+
+def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str) -> tuple[Parallelism, list[str]]:
+    """Parallel degrees (empty: 1; dp from the GPU count) and the pipeline split."""
+    tp, pp, vpp, cp, ep = (_int(row, k) or 1 for k in ("tp", "pp", "vpp", "cp", "ep"))
+    sp = _switch(row, "sp")
+    assumed = [] if sp is not None or tp == 1 else [f"sp {'on' if sp_default else 'off'} (framework default)"]
+    sp = sp_default if sp is None else sp
+    split, split_notes = pipeline_split(row, layers, pp, vpp, notes)
+    par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=_int(row, "dp"), sequence_parallel=sp and tp > 1,
+                      **split)
+    return par, assumed + split_notes
+
+
+# ---- the row ------------------------------------------------------------------------------------------------------
+def _training(row: pd.Series, d: dict[str, Any], notes: str) -> tuple[Training, list[str]]:
+    assumed: list[str] = []
+    stated_precision, stated_recompute = _precision(row), _recompute(row)
+    precision: Precision = d["precision"] if stated_precision is None else stated_precision
+    recompute: Recompute = d["recompute"] if stated_recompute is None else stated_recompute
+    if stated_precision is None:
+        assumed.append(f"precision {precision} (framework default)")
+    if stated_recompute is None:
+        assumed.append(f"recompute {recompute} (framework default)")
+    mbs = _int(row, "micro_batch")
+    if mbs is None:
+        mbs = d["micro_batch"]
+        assumed.append(f"micro_batch {mbs} (default)")
+    zero = _zero(row)
+    torch_ddp = "ddp impl=torch" in notes.lower()
+    training = Training(micro_batch_size=mbs, global_batch_size=_required_int(row, "global_batch"),
+                        seq_length=_required_int(row, "seq"), recompute_granularity=recompute, zero_stage=zero,
+                        precision=precision, overlap_grad_reduce=True if torch_ddp else None,
+                        overlap_p2p_comm=d["overlap_p2p_comm"])
+    return training, assumed
+
+
+def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:
+    """An unstated recomputation: the framework's default (none) when the job fits in memory; else the lightest
+    recomputation that fits (selective first where attention keeps s² scores, then full), since the run ran."""
+    from trainsim.predictor import memory_report
+
+    if memory_report(job).fits:
+        return job, None
+    options = ("full",) if job.attention_path == "flash" else ("selective", "full")
+    for granularity in options:
+        candidate = build(job.training.replace(recompute_granularity=granularity))
+        if memory_report(candidate).fits:
+            return candidate, f"recompute {granularity} (unstated; without it the run would not fit in memory)"
+    return job, None
+
+
+def _measured_column(row: pd.Series) -> str:
+    return next((c for c in MEASURED_COLUMNS if _text(row, c) is not None), "no measured column")
+
+
+def generic_measurement(row: pd.Series, source: str) -> Measurement:
+    """A row of any source as a measurement; raises :class:`RowError` (or ``ValueError``) with the reason."""
+    rid = str(row["id"])
+    notes = _text(row, "notes") or ""
+    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes)
+    framework = load_framework(fw_name)
+    d = row_defaults(framework.name)
+    system, sys_notes = row_system(row)
+    model, model_notes = row_model(row, framework.name)
+    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes)
+    training, tr_notes = _training(row, d, notes)
+    num_gpus = _required_int(row, "num_gpus")
+
+    def build(tr: Training) -> Job:
+        return Job(model=model, system=system, parallelism=par, training=tr, num_gpus=num_gpus, framework=framework)
+
+    job = build(training)
+    if _recompute(row) is None:
+        job, why = recompute_that_fits(job, build)
+        if why is not None:
+            tr_notes = [why if n.startswith("recompute ") else n for n in tr_notes]
+    measured = measured_iteration_time(row, model, system, training.precision)
+    if training.zero_stage is None:
+        tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
+    assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,
+                   f"measured time from {_measured_column(row)}")
+    return Measurement(rid, source, job, measured, notes, assumptions)

@@ -1,0 +1,307 @@
+"""Measurement rows of sources other than the packaged four (issue 11 item 6): any CSV/Parquet in the schema of
+shared/data/published/measurements.csv is turned into jobs by documented rules, unpredictable rows are reported."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from cli_helpers import check_one_line_error, run
+from trainsim.spec.framework import list_frameworks
+from trainsim.validation.measurements import (
+    MEASURED_COLUMNS,
+    load_table,
+    measured_iteration_time,
+    model_flops,
+)
+from trainsim.validation.report import render_markdown, run_validation
+from trainsim.validation.row_rules import family_of, infer_framework
+
+SCHEMA = ["id", "source", "model", "L", "h", "heads", "kv_heads", "ffn", "vocab", "seq", "global_batch", "micro_batch",
+          "tp", "pp", "vpp", "dp", "cp", "sp", "recompute", "zero", "gpu", "num_gpus", "gpus_per_node", "nic_per_node",
+          "nic_gbps", "precision", *MEASURED_COLUMNS, "notes"]
+
+
+def row(rid: str, **cells: object) -> dict[str, object]:
+    """A small GPT row on 8 H100s (1.3B-like), overridden by ``cells``."""
+    base: dict[str, object] = {"id": rid, "source": "Some lab blog", "model": "GPT 1.3B", "L": 24, "h": 2048,
+                               "heads": 16, "seq": 2048, "global_batch": 64, "tp": 1, "pp": 1, "gpu": "H100-SXM5-80GB",
+                               "num_gpus": 8, "measured_iter_s": 1.0}
+    return base | cells
+
+
+def write(tmp_path, rows: list[dict[str, object]], name: str = "m.csv", drop: tuple[str, ...] = ()):
+    extra = [c for r in rows for c in r if c not in SCHEMA]  # extension columns (framework, ep, ...)
+    table = pd.DataFrame(rows).reindex(columns=[c for c in [*SCHEMA, *dict.fromkeys(extra)] if c not in drop])
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        table.to_parquet(path)
+    else:
+        table.to_csv(path, index=False)
+    return path
+
+
+def one(tmp_path, **cells: object):
+    table = load_table(write(tmp_path, [row("x_1", **cells)]))
+    assert not table.skipped, table.skipped
+    return table.rows[0]
+
+
+# ---- framework inference ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("source", "notes", "expected"), [
+    ("BigScience Megatron-DeepSpeed BLOOM run", "", "megatron-deepspeed"),  # before DeepSpeed
+    ("Microsoft DeepSpeed ZeRO-3 blog", "", "deepspeed"),
+    ("a paper", "trained with ZeRO-3 offload-free", "deepspeed"),
+    ("NVIDIA NeMo performance summary", "", "nemo"),
+    ("Megatron-Bridge recipes", "", "nemo"),
+    ("torchtitan paper (FSDP2 + TP)", "", "torchtitan"),  # before FSDP
+    ("PyTorch FSDP paper", "", "fsdp"),
+    ("MosaicML llm-foundry benchmarks", "", "fsdp"),
+    ("Hugging Face transformers Trainer", "", "hf-transformers"),
+    ("Megatron-LM paper 2021", "", "megatron-lm-2021"),
+    ("Megatron-LM README 2024", "", "megatron-core"),
+    ("Megatron-Core scaling", "", "megatron-core"),
+    ("a blog", "run with NeMo 24.12", "nemo"),  # notes when the source names nothing
+    ("Megatron-DeepSpeed", "compared with NeMo", "megatron-deepspeed"),  # source before notes
+])
+def test_framework_keyword_table(source, notes, expected):
+    name, rule = infer_framework(None, source, notes)
+    assert name == expected, rule
+    assert "fallback" not in rule
+
+
+def test_framework_column_wins_and_fallback_is_reported():
+    assert infer_framework("torchtitan", "NVIDIA NeMo", "")[0] == "torchtitan"
+    name, rule = infer_framework(None, "some blog", "no stack named")
+    assert name == "megatron-core" and "fallback" in rule
+
+
+def test_llama3_paper_uses_its_profile_when_shipped():
+    name, _ = infer_framework(None, "Llama Team 2024 'The Llama 3 Herd of Models'", "")
+    assert name == ("meta-llama3" if "meta-llama3" in list_frameworks() else "megatron-core")
+
+
+def test_framework_reaches_the_job_and_is_reported(tmp_path):
+    m = one(tmp_path, source="Hugging Face transformers")
+    assert m.job.framework.name == "hf-transformers"
+    assert any("framework hf-transformers" in a for a in m.assumptions)
+    assert one(tmp_path, framework="fsdp").job.framework.name == "fsdp"
+
+
+# ---- empty cells: the framework's defaults ------------------------------------------------------------------------
+def test_empty_cells_take_the_framework_defaults(tmp_path):
+    nemo = one(tmp_path, source="NeMo", tp=2)
+    assert nemo.job.training.precision == "bf16"
+    assert nemo.job.parallelism.sequence_parallel  # NeMo recipes: SP with TP
+    assert nemo.job.training.zero_stage == 1  # distributed optimizer
+    assert nemo.job.training.micro_batch_size == 1
+    mcore = one(tmp_path, source="Megatron-Core", tp=2)
+    assert not mcore.job.parallelism.sequence_parallel and mcore.job.training.zero_stage == 0
+    old = one(tmp_path, source="Megatron-LM 2021")
+    assert old.job.training.precision == "fp16" and not old.job.training.overlap_p2p_comm
+    assert one(tmp_path, source="PyTorch FSDP").job.training.zero_stage == 3
+    stated = one(tmp_path, source="NeMo", tp=2, sp="off", precision="FP8", micro_batch=2, zero="none")
+    assert not stated.job.parallelism.sequence_parallel and stated.job.training.precision == "fp8"
+    assert stated.job.training.micro_batch_size == 2 and stated.job.training.zero_stage == 0
+
+
+def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
+    cells = {"source": "Megatron-Core 2024", "model": "GPT 6.7B", "L": 32, "h": 4096, "heads": 32, "seq": 4096,
+             "global_batch": 256, "tp": 2}
+    assert one(tmp_path, **cells, micro_batch=1).job.training.recompute_granularity == "none"  # fits without
+    m = one(tmp_path, **cells, micro_batch=4)  # does not fit without recomputation: the run ran, so it recomputed
+    assert m.job.training.recompute_granularity == "full"
+    assert any("would not fit" in a for a in m.assumptions)
+    old = one(tmp_path, **(cells | {"source": "Megatron-LM 2021"}), micro_batch=1)  # s² scores kept: selective suffices
+    assert old.job.training.recompute_granularity == "selective"
+    stated = one(tmp_path, **cells, micro_batch=4, recompute="none")  # a stated value is never changed
+    assert stated.job.training.recompute_granularity == "none"
+
+
+# ---- GPUs ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("gpu", "system", "capacity_gb"), [
+    ("H200", "hgx-h200", None), ("NVIDIA H200 141GB HBM3e", "hgx-h200", None), ("B200", "dgx-b200", None),
+    ("A100-SXM4-80GB", "dgx-a100", None), ("A100 40GB", "dgx-a100", 40 * 2**30 / 1e9),
+    ("H100 80GB HBM3", "dgx-h100", None),
+])
+def test_gpu_names_map_to_system_presets(tmp_path, gpu, system, capacity_gb):
+    m = one(tmp_path, gpu=gpu)
+    assert m.job.system.name == system
+    if capacity_gb is not None:
+        assert m.job.system.gpu.hbm_capacity / 1e9 == pytest.approx(capacity_gb)
+        assert m.job.system.gpu.hbm_bandwidth == pytest.approx(1555e9)
+
+
+def test_gb200_tray_is_not_the_nvlink_domain(tmp_path):
+    m = one(tmp_path, gpu="GB200", gpus_per_node=4, nic_per_node=4, nic_gbps=400, num_gpus=64)
+    assert m.job.system.name == "nvl72-gb200"
+    assert m.job.system.gpus_per_node == 72
+    assert m.job.system.network.nics_per_node == 72  # one NIC per GPU, as in the tray
+    h100 = one(tmp_path, gpus_per_node=4, nic_per_node=2, nic_gbps=200)
+    assert h100.job.system.gpus_per_node == 4 and h100.job.system.network.nics_per_node == 2
+    assert h100.job.system.network.nic_bandwidth == pytest.approx(200e9 / 8)
+
+
+@pytest.mark.parametrize("gpu", ["MI300X", "H100 PCIe", "TPU v5p"])
+def test_unknown_gpu_is_reported_not_a_crash(tmp_path, gpu):
+    table = load_table(write(tmp_path, [row("ok_1"), row("bad_1", gpu=gpu)]))
+    assert [r.id for r in table.rows] == ["ok_1"]
+    assert [s.id for s in table.skipped] == ["bad_1"]
+    assert table.skipped[0].reason.startswith("gpu:") and gpu in table.skipped[0].reason
+
+
+# ---- models -------------------------------------------------------------------------------------------------------
+def test_model_families_from_the_name(tmp_path):
+    llama3 = one(tmp_path, model="Llama 3 8B", L=32, h=4096, heads=32, kv_heads=8, ffn=14336).job.model
+    assert llama3.swiglu and llama3.normalization == "RMSNorm" and llama3.vocab_size == 128256
+    assert not llama3.add_bias_linear and llama3.untie_embeddings_and_output_weights
+    qwen = one(tmp_path, model="Qwen2.5 1.5B").job.model
+    assert qwen.add_qkv_bias and qwen.vocab_size == 151936
+    nemotron = one(tmp_path, model="Nemotron-4 15B").job.model
+    assert not nemotron.swiglu and nemotron.vocab_size == 256000 and nemotron.position_embedding_type == "rope"
+    assert one(tmp_path, model="BLOOM 1B").job.model.position_embedding_type == "alibi"
+    gpt = one(tmp_path).job.model
+    assert gpt.vocab_size == 50257 and gpt.position_embedding_type == "learned_absolute" and gpt.ffn_size == 4 * 2048
+    assert family_of("LLaMA 30B").name == "llama"  # Llama 1 30B is not Llama 3
+
+
+def test_moe_rows_use_the_preset_of_their_shape_or_are_reported(tmp_path):
+    mix = one(tmp_path, model="Mixtral 8x7B", L=32, h=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, tp=1, pp=1,
+              num_gpus=64, global_batch=256, source="NeMo")
+    assert mix.job.model.num_experts == 8
+    table = load_table(write(tmp_path, [row("moe_1", model="Foo-MoE 10B")]))
+    assert not table.rows and "mixture-of-experts" in table.skipped[0].reason
+
+
+# ---- pipeline split -----------------------------------------------------------------------------------------------
+def test_126_layers_over_pp16_count_embedding_and_loss(tmp_path):
+    m = one(tmp_path, model="Llama 3 405B", L=126, h=16384, heads=128, kv_heads=8, ffn=53248, vocab=128256, seq=8192,
+            tp=8, pp=16, num_gpus=16384, global_batch=2048, framework="megatron-core", zero=1, gpu="H100")
+    par = m.job.parallelism
+    assert par.account_for_embedding_in_pipeline_split and par.account_for_loss_in_pipeline_split
+    assert m.job.layers_per_stage == (7, *[8] * 14, 7)
+
+
+def test_first_last_stage_layers_from_the_notes_or_reported(tmp_path):
+    m = one(tmp_path, L=29, pp=4, notes="uneven split: first stage 5 layers, last stage 8 layers")
+    assert m.job.layers_per_stage == (5, 8, 8, 8)
+    table = load_table(write(tmp_path, [row("odd_1", L=29, pp=4)]))
+    assert not table.rows and table.skipped[0].reason.startswith("L:")
+
+
+# ---- engines ------------------------------------------------------------------------------------------------------
+def test_deepspeed_zero3_row_is_predicted(tmp_path):
+    path = write(tmp_path, [row("ds_1", source="DeepSpeed ZeRO-3 tutorial", zero=3, gpu="A100-SXM4-40GB",
+                                num_gpus=16, global_batch=64, recompute="full")])
+    report = run_validation(measurements=path)
+    assert [r.id for r in report.rows] == ["ds_1"] and not report.skipped
+    m = load_table(path).rows[0]
+    assert m.job.dp_engine == "deepspeed-zero" and m.job.training.zero_stage == 3
+    assert report.rows[0].fits and report.rows[0].predicted_s > 0
+
+
+# ---- measured time ------------------------------------------------------------------------------------------------
+def test_measured_time_from_each_measured_column(tmp_path):
+    cells = {"measured_iter_s": None}
+    base = one(tmp_path, measured_iter_s=2.5)
+    assert base.measured_iter_s == 2.5
+    tok = one(tmp_path, **cells, measured_tokens_per_s_per_gpu=4096.0)
+    assert tok.measured_iter_s == pytest.approx(64 * 2048 / (4096.0 * 8))
+    model = base.job.model
+    flops = 12.0 * 64 * 2048 * 24 * 2048**2 * ((1 + 1 + 2048 / 2048) + 4 + 50257 / (2 * 24 * 2048))
+    assert model_flops(model, 64, 2048, 50257) == pytest.approx(flops)
+    tf = one(tmp_path, **cells, measured_tflops_per_gpu=400.0)
+    assert tf.measured_iter_s == pytest.approx(flops / (400e12 * 8))
+    peak = 989.4e12  # H100 dense bf16: the MFU denominator, also for FP8 runs
+    for mfu in (0.4, 40):
+        m = one(tmp_path, **cells, measured_mfu=mfu, precision="fp8")
+        assert m.measured_iter_s == pytest.approx(flops / (0.4 * peak * 8))
+    first = one(tmp_path, measured_iter_s=3.0, measured_tokens_per_s_per_gpu=1.0)  # iter_s wins
+    assert first.measured_iter_s == 3.0
+
+
+def test_row_without_a_measured_value_is_reported(tmp_path):
+    table = load_table(write(tmp_path, [row("ok_1"), row("none_1", measured_iter_s=None)]))
+    assert [s.id for s in table.skipped] == ["none_1"] and "measured" in table.skipped[0].reason
+
+
+def test_sc21_hardware_flop_formula_only_for_sc21_rows():
+    from trainsim.spec.model import Model
+
+    model = Model(num_layers=24, hidden_size=2048, num_attention_heads=16, vocab_size=51200)
+    sc21 = 96.0 * 64 * 2048 * 24 * 2048**2 * (1 + 2048 / (6 * 2048) + 51200 / (16 * 24 * 2048))
+    cells = {"measured_iter_s": None, "measured_tflops_per_gpu": 100.0, "vocab": 51200}
+    assert measured_iteration_time(pd.Series(row("sc21_x", **cells)), model) == pytest.approx(sc21 / (100e12 * 8))
+    other = measured_iteration_time(pd.Series(row("lab_x", **cells)), model)
+    assert other == pytest.approx(model_flops(model, 64, 2048, 51200) / (100e12 * 8))
+    assert other != pytest.approx(sc21 / (100e12 * 8))
+
+
+# ---- report, memory flag, files -----------------------------------------------------------------------------------
+def test_report_lists_unpredicted_and_unfit_rows(tmp_path):
+    path = write(tmp_path, [row("ok_1"), row("gpu_1", gpu="MI250X"),
+                            row("oom_1", model="Llama 2 70B", L=80, h=8192, heads=64, kv_heads=8, ffn=28672,
+                                vocab=32000, num_gpus=8, global_batch=8, seq=4096)])
+    report = run_validation(measurements=path)
+    assert {r.id for r in report.rows} == {"ok_1", "oom_1"}
+    assert [r.id for r in report.unfit()] == ["oom_1"]
+    assert [s.id for s in report.skipped] == ["gpu_1"]
+    assert all(r.held_out_s is None for r in report.rows)  # shipped constants, no refit
+    text = render_markdown(report)
+    assert "## Rows not predicted" in text and "| gpu_1 |" in text
+    assert "Predicted not to fit although they ran" in text and "oom_1" in text
+    assert "## Assumptions per row" in text
+
+
+def test_parquet_files_are_read(tmp_path):
+    table = load_table(write(tmp_path, [row("pq_1")], name="m.parquet"))
+    assert [r.id for r in table.rows] == ["pq_1"]
+
+
+def test_file_options_are_checked(tmp_path):
+    path = write(tmp_path, [row("ok_1")])
+    with pytest.raises(ValueError, match="held-out"):
+        run_validation(measurements=path, held_out=True)
+    with pytest.raises(ValueError, match="packaged"):
+        run_validation(measurements=path, refit=True)
+
+
+def test_packaged_table_has_no_unpredicted_row():
+    assert load_table().skipped == ()
+    assert load_table().path is None
+
+
+# ---- CLI ----------------------------------------------------------------------------------------------------------
+def test_cli_validates_a_file_and_reports_skipped_rows(tmp_path, capsys):
+    path = write(tmp_path, [row("ok_1", source="NeMo", gpu="H200"), row("bad_1", gpu="MI300X")])
+    code, out, err = run(["validate", "--measurements", str(path), "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert [r["id"] for r in data["rows"]] == ["ok_1"] and data["rows"][0]["framework"] == "nemo"
+    assert data["not_predicted"][0]["id"] == "bad_1" and data["measurements"] == str(path)
+    code, out, err = run(["validate", "--measurements", str(path)], capsys)
+    assert code == 0 and "not predicted: bad_1: gpu:" in out
+
+
+@pytest.mark.parametrize("problem", ["missing-column", "no-measured-column", "no-file", "duplicate-id", "held-out"])
+def test_cli_file_problems_are_one_line_errors(tmp_path, capsys, problem):
+    args = ["validate", "--measurements"]
+    if problem == "missing-column":
+        args += [str(write(tmp_path, [row("a_1")], drop=("heads",)))]
+        words = ["'heads'", "add the column"]
+    elif problem == "no-measured-column":
+        args += [str(write(tmp_path, [row("a_1")], drop=MEASURED_COLUMNS))]
+        words = ["measured_iter_s"]
+    elif problem == "no-file":
+        args += [str(tmp_path / "missing.csv")]
+        words = ["missing.csv"]
+    elif problem == "duplicate-id":
+        args += [str(write(tmp_path, [row("a_1"), row("a_1")]))]
+        words = ["'id'", "a_1"]
+    else:
+        args += [str(write(tmp_path, [row("a_1")])), "--held-out"]
+        words = ["--held-out"]
+    code, _out, err = run(args, capsys)
+    check_one_line_error(code, err, *words)
