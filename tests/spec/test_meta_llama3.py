@@ -68,7 +68,7 @@ def test_torchtitan_split_weighs_embedding_and_output_as_one_layer_each():
         virtual_stage_layers(4, Parallelism(pp=4, vpp=2), "account-for-embedding-and-loss")
 
 
-def test_deepspeed_uniform_partition():
+def test_deepspeed_balanced_partition_of_transformer_layers():
     assert virtual_stage_layers(30, Parallelism(pp=4), "type:transformer") == (8, 8, 7, 7)
 
 
