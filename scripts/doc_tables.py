@@ -7,6 +7,7 @@ Run from the repository root (``PYTHONPATH=src`` in a development checkout):
     python scripts/doc_tables.py search-plan      # docs/search.md, `plan` (3,360 A100 × 30 days, vTrain Table III)
     python scripts/doc_tables.py profiling-h100   # docs/profiling.md, the H100 tables (needs ../shared/data/gpu-h100)
     python scripts/doc_tables.py readme-validation  # README.md, the accuracy table (as `trainsim validate`)
+    python scripts/doc_tables.py meta-llama3      # docs/model.md, Llama 3 405B as Meta ran it (vpp 1/2/4/8)
     python scripts/doc_tables.py all
 
 Each section prints markdown tables followed by the numbers the surrounding prose quotes. Nothing here is fitted or
@@ -220,8 +221,34 @@ def readme_validation() -> None:
           f"{report.mape(held_out=True):.1%} |")
 
 
+# ---- docs/model.md, "Case study: Llama 3 405B as Meta ran it" -------------------------------------------------------
+#: Table 4 of "The Llama 3 Herd of Models": (GPUs, sequence, global batch in sequences, CP, label, published BF16 MFU).
+LLAMA3_RUNS = ((8192, 8192, 2048, 1, "8K GPUs, 8K seq", 0.43), (16384, 8192, 2048, 1, "16K GPUs, 8K seq", 0.41),
+               (16384, 131072, 128, 16, "16K GPUs, 131K seq, CP 16", 0.38))
+
+
+def meta_llama3() -> None:
+    """Llama 3 405B (TP 8, PP 16, FSDP) with ``--framework meta-llama3`` at vpp 1/2/4/8 beside the published MFU."""
+    import trainsim
+
+    print("\n| run (Table 4) | vpp | iteration | MFU causal / megatron FLOPs | bubble | peak memory (required) | "
+          "published MFU |\n|---|---|---|---|---|---|---|")
+    for gpus, seq, gbs, cp, label, published in LLAMA3_RUNS:
+        for vpp in (1, 2, 4, 8):
+            kw: dict[str, Any] = dict(system="dgx-h100", framework="meta-llama3", tp=8, pp=16, cp=cp, vpp=vpp,
+                                      num_gpus=gpus, seq_length=seq, global_batch_size=gbs, micro_batch_size=1,
+                                      sequence_parallel=True)
+            p = trainsim.predict("llama3-405b", flops_convention="causal", **kw)
+            mfu_megatron = trainsim.predict("llama3-405b", **kw).mfu
+            required = max(s.required_bytes for s in p.memory.per_stage) / 1e9
+            fit = ("fits, tight" if p.memory.tight else "fits") if p.memory.fits else "OOM"
+            print(f"| {label} | {vpp} | {p.iteration_time_s:.2f} s | {p.mfu:.1%} / {mfu_megatron:.1%} | "
+                  f"{p.breakdown_s['pipeline_bubble']:.2f} s | {p.memory.peak_bytes / 1e9:.1f} GB ({required:.1f}) "
+                  f"{fit} | {published:.0%} |".replace("%", " %"))
+
+
 SECTIONS = {"readme-validation": readme_validation, "search-mtnlg": search_mtnlg, "search-nvlink": search_nvlink,
-            "search-plan": search_plan, "profiling-h100": profiling_h100}
+            "search-plan": search_plan, "profiling-h100": profiling_h100, "meta-llama3": meta_llama3}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,25 +4,126 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainsim.cost.job_costs import Zero3Comm, zero3_overhead, zero3_pass_times
+from trainsim.cost.job_costs import zero3_overhead
+from trainsim.cost.sharded import Unit, Zero3Comm, run_pass
 from trainsim.engine import simulate_job
 from trainsim.estimate import _overlapped_sync, estimate
 from trainsim.spec import Job, Parallelism, Training, load_model, load_system
 from trainsim.workload.sharding import sharding_of
 
 
+def _comm(gather: float, reduce: float, **kw) -> Zero3Comm:  # type: ignore[no-untyped-def]
+    """One unit per layer, every gather ``gather`` s and every reduce-scatter ``reduce`` s."""
+    units = kw.pop("units", (Unit(1.0, 1.0, 1.0),))
+    return Zero3Comm(units=units, gather_time=lambda n: gather, reduce_time=lambda n: reduce, **kw)
+
+
+def _passes(layers: int, f: float, b: float, c: Zero3Comm, slow: float = 0.0) -> tuple[float, float]:
+    return run_pass("F", [(f, True)] * layers, c, slow).end, run_pass("B", [(b, True)] * layers, c, slow).end
+
+
 def test_prefetch_hides_gathers_until_the_stream_is_the_bottleneck():
-    c = Zero3Comm(gather=1.0, reduce=1.5, prefetch_depth=1, gather_in_backward=True)
-    fwd, bwd = zero3_pass_times(10, 2.0, 4.0, c)
+    c = _comm(1.0, 1.5)
+    fwd, bwd = _passes(10, 2.0, 4.0, c)
     assert fwd == pytest.approx(10 * 2.0 + 1.0)  # only the first gather is exposed
     assert bwd == pytest.approx(1.0 + 10 * 4.0 + 1.5)  # first gather, last reduce-scatter
-    slow_net = Zero3Comm(gather=3.0, reduce=3.0, prefetch_depth=1, gather_in_backward=True)
-    fwd, bwd = zero3_pass_times(10, 2.0, 4.0, slow_net)
-    assert fwd == pytest.approx(10 * 3.0 + 2.0) and bwd == pytest.approx(10 * 6.0 + 4.0)
-    serial = Zero3Comm(gather=1.0, reduce=1.5, prefetch_depth=0, gather_in_backward=True)
+    fwd, bwd = _passes(10, 2.0, 4.0, _comm(3.0, 3.0))
+    assert fwd == pytest.approx(10 * 3.0 + 2.0)  # the stream is the bottleneck
+    assert 10 * 6.0 <= bwd <= 10 * 6.0 + 4.0
+    serial = _comm(1.0, 1.5, forward_depth=0, backward_depth=0)
     assert zero3_overhead(10, 2.0, 4.0, serial, 0.1) > zero3_overhead(10, 2.0, 4.0, c, 0.1)
-    no_regather = Zero3Comm(gather=1.0, reduce=1.5, prefetch_depth=1, gather_in_backward=False)
-    assert zero3_pass_times(10, 2.0, 4.0, no_regather)[1] < bwd
+    assert _passes(10, 2.0, 4.0, _comm(1.0, 1.5, gather_in_backward=False))[1] < bwd
+
+
+def test_the_overlap_slowdown_applies_to_compute_under_the_sharded_collectives():
+    fast = zero3_overhead(10, 2.0, 4.0, _comm(1.0, 1.5), 0.0)
+    slow = zero3_overhead(10, 2.0, 4.0, _comm(1.0, 1.5), 0.1)
+    # at most 9 hidden gathers in forward, 9 in backward and 9 hidden reduce-scatters (31.5 s) of compute 10 % slower
+    assert 0.5 * 0.1 * 31.5 < slow - fast <= 0.1 * 31.5 + 1e-9
+
+
+def test_a_prefetch_bucket_smaller_than_a_layer_exposes_the_rest_of_the_gather():
+    # DeepSpeed-style: per layer a small module (10 elements, 0.1 s) then a big one (100 elements, 3 s); 0.02 s per
+    # element, so a layer's gathers (2.2 s) fit in its compute (3.1 s) only when prefetched more than one module ahead
+    units = (Unit(10.0, 10.0, 0.1 / 3.1), Unit(100.0, 100.0, 3.0 / 3.1))
+    layers = 20
+
+    def stall(bucket: float) -> float:
+        c = Zero3Comm(units=units, gather_time=lambda n: 0.02 * n, reduce_time=lambda n: 0.0,
+                      prefetch_params=bucket)
+        return run_pass("F", [(3.1, True)] * layers, c, 0.0).stall
+
+    small, big = stall(5.0), stall(200.0)
+    assert small == pytest.approx(0.2 + layers * (2.0 - 0.1), rel=0.02)  # every big gather waits after the small one
+    assert big < 0.25 * small
+    # the live-parameter cap bounds the prefetch the same way
+    capped = Zero3Comm(units=units, gather_time=lambda n: 0.02 * n, reduce_time=lambda n: 0.0,
+                       prefetch_params=200.0, max_live_params=110.0)
+    assert run_pass("F", [(3.1, True)] * layers, capped, 0.0).stall > 0.8 * small
+
+
+def test_backward_prefetch_post_waits_for_every_gather_and_pre_hides_them():
+    pre = run_pass("B", [(4.0, True)] * 10, _comm(1.0, 1.5, backward_order="pre"), 0.0)
+    post = run_pass("B", [(4.0, True)] * 10, _comm(1.0, 1.5, backward_order="post"), 0.0)
+    none = run_pass("B", [(4.0, True)] * 10, _comm(1.0, 1.5, backward_order="none"), 0.0)
+    assert pre.stall == pytest.approx(1.0 + 1.5)
+    assert post.stall == pytest.approx(10 * 1.0 + 1.5)  # the next gather is issued after the current compute
+    assert none.stall == pytest.approx(1.0 + 9 * (1.5 + 1.0) + 1.5)  # ...and behind the current reduce-scatter
+
+
+def test_without_the_rate_limiter_the_forward_gathers_run_ahead():
+    blocks = [(0.1, True), (5.0, True)] * 4
+    limited = run_pass("F", blocks, _comm(1.0, 0.0, forward_depth=1), 0.0)
+    unlimited = run_pass("F", blocks, _comm(1.0, 0.0, forward_depth=1 << 30), 0.0)
+    assert unlimited.end < limited.end
+    fsdp = Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=64,
+               training=Training(global_batch_size=64, zero_stage=3), framework="fsdp")
+    free = Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=64,
+               training=Training(global_batch_size=64, zero_stage=3),
+               framework={"name": "fsdp", "limit_all_gathers": False})
+    assert sharding_of(fsdp).forward_depth == 1 and sharding_of(free).forward_depth > 64
+
+
+def test_the_last_reduce_bucket_is_exposed_after_the_backward():
+    # 10 layers of 100 gradient elements, buckets of 250: flushed at 200, 400, ... and the last 200 after the pass
+    c = Zero3Comm(units=(Unit(100.0, 100.0, 1.0),), gather_time=lambda n: 0.0, reduce_time=lambda n: 0.01 * n,
+                  reduce_bucket_params=250.0, gather_in_backward=False)
+    trace = run_pass("B", [(4.0, True)] * 10, c, 0.0)
+    sizes = [round((e - s) / 0.01) for name, s, e in trace.slices]
+    assert sizes == [200] * 5 and trace.end == pytest.approx(40.0 + 2.0)
+    per_layer = Zero3Comm(units=(Unit(100.0, 100.0, 1.0),), gather_time=lambda n: 0.0,
+                          reduce_time=lambda n: 0.01 * n, gather_in_backward=False)
+    assert run_pass("B", [(4.0, True)] * 10, per_layer, 0.0).end == pytest.approx(41.0)
+
+
+def _job(framework: object, num_gpus: int = 512, model: str = "llama2-7b") -> Job:
+    return Job(model=load_model(model), system=load_system("dgx-a100"), num_gpus=num_gpus, framework=framework,
+               training=Training(global_batch_size=num_gpus, zero_stage=3, recompute_granularity="full"))
+
+
+def test_fp32_reduce_doubles_the_reduce_scatter_bytes():
+    fp32, bf16 = sharding_of(_job("fsdp")), sharding_of(_job({"name": "fsdp", "grad_reduce_dtype": "param"}))
+    assert fp32.grad_reduce_bytes == 4.0 and bf16.grad_reduce_bytes == 2.0
+    assert sharding_of(_job("deepspeed")).grad_reduce_bytes == 2.0  # communication_data_type: the training dtype
+    a, b = estimate(_job("fsdp")), estimate(_job({"name": "fsdp", "grad_reduce_dtype": "param"}))
+    assert a.breakdown_s["dp_comm"] > b.breakdown_s["dp_comm"]
+
+
+def test_fsdp2_copies_cost_compute_stream_time():
+    with_copies = estimate(_job("torchtitan")).breakdown_s["dp_comm"]
+    without = estimate(_job({"name": "torchtitan", "all_gather_copy_out": False})).breakdown_s["dp_comm"]
+    assert with_copies > without
+
+
+def test_deepspeed_modules_skip_persistent_parameters():
+    ds = sharding_of(_job("deepspeed"))
+    # llama: input norm, q, k, v, o, post-attention norm, gate, up, down; the norms (4096 elements) stay gathered
+    assert len(ds.units) == 9 and ds.collectives_per_layer == 7
+    assert sum(u[1] for u in ds.units) == pytest.approx(1.0) and sum(u[2] for u in ds.units) == pytest.approx(1.0)
+    everything = sharding_of(_job({"name": "deepspeed", "param_persistence_threshold": 0}))
+    assert everything.collectives_per_layer == 9
+    megatron = sharding_of(_job("megatron-deepspeed"))  # fused QKV and gate/up
+    assert megatron.collectives_per_layer == 4
 
 
 def test_interleaving_lets_early_chunks_reduce_behind_later_chunks():
@@ -60,6 +161,103 @@ def test_deepspeed_stage3_gathers_per_submodule_and_pays_the_latency_each_time()
         return Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), parallelism=Parallelism(),
                    training=Training(global_batch_size=512, zero_stage=3), num_gpus=512, framework=framework)
 
-    ds, fsdp = job("deepspeed"), job("fsdp")
+    ds, fsdp = job("deepspeed"), job({"name": "fsdp", "backward_prefetch": "pre", "grad_reduce_dtype": "param"})
     assert sharding_of(ds).collectives_per_layer > 1 and sharding_of(fsdp).collectives_per_layer == 1
     assert estimate(ds).breakdown_s["dp_comm"] > estimate(fsdp).breakdown_s["dp_comm"]
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "deepspeed", "torchtitan"])
+def test_both_engines_expose_the_same_sharded_traffic(framework: str):
+    job = _job(framework, 256)
+    a = estimate(job).iteration_time_s
+    e = simulate_job(job)[0].iteration_time_s
+    assert e == pytest.approx(a, rel=0.05)
+
+
+ZERO3_ARGS = ["predict", "--model", "llama2-70b", "--system", "dgx-a100", "--num-gpus", "1024", "--global-batch-size",
+              "1024", "--micro-batch-size", "1", "--seq-length", "4096", "--zero-stage", "3",
+              "--recompute-granularity", "full", "--json"]
+
+
+def test_the_cli_reaches_the_sharded_engine_fields_with_deepspeed_and_fsdp_names(capsys):
+    import json
+
+    from tests.cli_helpers import check_one_line_error, run
+
+    def predict(*extra: str) -> dict:  # type: ignore[type-arg]
+        code, out, err = run([*ZERO3_ARGS, *extra], capsys)
+        assert code == 0, err
+        return json.loads(out)
+
+    base = predict("--framework", "deepspeed")
+    tight = predict("--framework", "deepspeed", "--stage3-prefetch-bucket-size", "1000000",
+                    "--stage3-max-live-parameters", "100000000", "--stage3-param-persistence-threshold", "0",
+                    "--reduce-bucket-size", "100000000")
+    fw = tight["job"]["framework"]
+    assert (fw["prefetch_bucket_params"], fw["max_live_params"], fw["param_persistence_threshold"],
+            fw["bucket_size_params"]) == (1_000_000, 100_000_000, 0, 100_000_000)
+    assert base["job"]["framework"]["gather_granularity"] == "module"
+    assert tight["iteration_time_s"] > base["iteration_time_s"]
+    post = predict("--framework", "fsdp")
+    pre = predict("--framework", "fsdp", "--backward-prefetch", "pre")
+    assert post["job"]["framework"]["backward_prefetch"] == "post"
+    assert pre["iteration_time_s"] < post["iteration_time_s"]
+    unlimited = predict("--framework", "fsdp", "--no-limit-all-gathers", "--forward-prefetch")
+    assert unlimited["job"]["framework"]["limit_all_gathers"] is False
+    code, _, err = run([*ZERO3_ARGS, "--framework", "fsdp", "--backward-prefetch", "sideways"], capsys)
+    check_one_line_error(code, err, "backward_prefetch")
+    hybrid = predict("--framework", "torchtitan", "--sharding-strategy", "hybrid")
+    assert hybrid["job"]["framework"]["sharding_strategy"] == "hybrid"
+    code, _, err = run([*ZERO3_ARGS, "--framework", "torchtitan", "--sharding-strategy", "hybrid", "--pp", "2"],
+                       capsys)
+    check_one_line_error(code, err, "sharding_strategy")
+
+
+def test_the_python_api_reaches_the_sharded_engine_fields():
+    from trainsim import api
+
+    job = _job({"name": "deepspeed", "prefetch_bucket_params": 10_000_000, "bucket_size_params": 200_000_000})
+    assert sharding_of(job).prefetch_params == 1e7 and sharding_of(job).reduce_bucket_params == 2e8
+    assert api.predict(job).iteration_time_s > 0
+
+
+def test_gathered_parameter_memory_follows_the_prefetch_rule():
+    from trainsim.workload.memory import stage_memory
+
+    def peak(framework: object) -> float:
+        return stage_memory(_job(framework, 1024, "llama2-70b"), 0).weights_bytes
+
+    # DeepSpeed holds up to stage3_max_live_parameters gathered elements (never less than a layer)
+    assert peak({"name": "deepspeed", "max_live_params": 3_000_000_000}) - peak("deepspeed") == pytest.approx(
+        2e9 * 2, rel=0.01)
+    # FSDP1 without the rate limiter may gather every layer ahead
+    assert peak({"name": "fsdp", "limit_all_gathers": False}) > peak("fsdp") + 50e9
+
+
+def test_hybrid_sharding_gathers_inside_the_node_and_all_reduces_across_replicas():
+    from trainsim.cost.comm import placements_of
+    from trainsim.cost.job_costs import default_cost_model, zero3_layer_comm
+    from trainsim.errors import TrainsimError
+    from trainsim.parallel.axes import Group
+    from trainsim.workload.memory import stage_memory
+
+    full, hybrid = _job("fsdp", 512), _job({"name": "fsdp", "sharding_strategy": "hybrid"}, 512)
+    sf, sh = sharding_of(full), sharding_of(hybrid)
+    assert (sf.shards, sf.replicas) == (512, 1) and (sh.shards, sh.replicas) == (8, 64)
+
+    def comm(job: Job):  # type: ignore[no-untyped-def]
+        return zero3_layer_comm(job, default_cost_model(job), placements_of(job)[Group.DP_CP],
+                                job.model.num_params, job.model.num_layers)
+
+    cf, ch = comm(full), comm(hybrid)
+    assert cf is not None and ch is not None
+    assert ch.gather < 0.5 * cf.gather  # NVLink inside the node instead of a 512-rank ring over the network
+    # the reduce-scatter inside the node plus the all-reduce of its shard across 64 nodes
+    assert ch.reduce > 0
+    # states are sharded over 8 GPUs, not 512
+    assert stage_memory(hybrid, 0).optimizer_bytes == pytest.approx(64 * stage_memory(full, 0).optimizer_bytes,
+                                                                    rel=0.01)
+    with pytest.raises(TrainsimError, match="sharding_strategy"):
+        sharding_of(Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=64,
+                        parallelism=Parallelism(pp=2), framework={"name": "torchtitan", "sharding_strategy": "hybrid"},
+                        training=Training(global_batch_size=64, zero_stage=3)))

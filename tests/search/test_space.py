@@ -292,3 +292,17 @@ def test_describe_tells_open_default_and_listed():
     d = SearchSpace(model="gpt3-175b", system="dgx-a100", num_gpus=64, training={"global_batch_size": 64},
                     pp="all", others="default").describe()
     assert d["pp"] == "all" and d["tp"] == "default" and d["num_gpus"] == [64]
+
+
+def test_open_pipeline_domains_follow_the_profile_split_rule():
+    # Megatron's even split needs pp·vpp | 126; torchtitan's and Meta's rule weighs the embedding and the loss as a
+    # layer each, so pp 16 × vpp 8 (Llama 3 405B as Meta ran it) is a balanced candidate too
+    def plans(framework):  # type: ignore[no-untyped-def]
+        space = SearchSpace(model="llama3-405b", system="dgx-h100", num_gpus=8192,
+                            training=Training(global_batch_size=2048, seq_length=8192), tp=8, pp="all", vpp="all",
+                            cp=1, micro_batch_size=1, recompute="none", sequence_parallel=True, framework=framework)
+        return {(c.pp, c.vpp) for c in enumerate_space(space).candidates}
+
+    megatron, meta = plans("megatron-core"), plans("meta-llama3")
+    assert (16, 8) in meta and (16, 2) in meta and all(126 % (pp * vpp) == 0 for pp, vpp in megatron)
+    assert not any(pp == 16 for pp, _ in megatron) and megatron <= meta

@@ -14,7 +14,8 @@ from trainsim.errors import TrainsimError
 from trainsim.spec import Job, Parallelism, Training, load_model, load_system
 from trainsim.spec.framework import load_framework
 from trainsim.spec.pipeline_split import virtual_stage_layers
-from trainsim.workload.memory import memory_per_stage
+from trainsim.workload.layers import shard_of
+from trainsim.workload.memory import layer_activation_bytes, memory_per_stage
 
 META = {"tp": 8, "pp": 16, "sequence_parallel": True}
 
@@ -67,7 +68,7 @@ def test_torchtitan_split_weighs_embedding_and_output_as_one_layer_each():
         virtual_stage_layers(4, Parallelism(pp=4, vpp=2), "account-for-embedding-and-loss")
 
 
-def test_deepspeed_uniform_partition():
+def test_deepspeed_balanced_partition_of_transformer_layers():
     assert virtual_stage_layers(30, Parallelism(pp=4), "type:transformer") == (8, 8, 7, 7)
 
 
@@ -112,11 +113,63 @@ def test_meta_memory_keeps_gradients_sharded_and_the_published_plan_fits():
     assert max(s.required_bytes for s in mem) <= j.system.gpu.hbm_capacity
 
 
-def test_engines_agree_on_the_meta_plan():
-    j = meta_job(vpp=2, num_gpus=512, gbs=128)  # dp 4: the event engine simulates one replica anyway
+@pytest.mark.parametrize("vpp", [2, 8])
+def test_engines_agree_on_the_meta_plan(vpp):
+    # vpp 8: rank 0's first chunk holds only the embedding (0 layers), rank 15's last only the loss
+    j = meta_job(vpp=vpp, num_gpus=512, gbs=128)  # dp 4, 32 micro-batches: the event engine simulates one replica
     a = trainsim.predict(j, engine="analytic")
     e = trainsim.predict(j, engine="event")
     assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=0.1)
+    assert e.memory.peak_bytes == a.memory.peak_bytes
+
+
+def test_layer_activations_follow_korthikanti_adapted_to_swiglu_gqa_and_flash():
+    # per token and layer, sequence-parallel shards of 1/t: norm input and output 2h + 2h (attention and MLP each),
+    # Q 2h, K and V 2·2·(8 heads · 128) = h/4, the flash output 2h, fc1's gate and up 4·ffn, SwiGLU's output 2·ffn:
+    # 31.75·h with ffn = 3.25·h; no s² term (flash), no dropout masks (Llama has none)
+    j = meta_job(vpp=8)
+    m = j.model
+    assert m.ffn_hidden_size == 3.25 * m.hidden_size
+    expected = 31.75 * m.hidden_size * 8192 / 8
+    assert layer_activation_bytes(m, shard_of(j)) == pytest.approx(expected, rel=1e-3)
+
+
+def test_interleaving_warm_up_decides_which_meta_plans_fit():
+    # Megatron-Core's warm-up: rank s holds min(2(pp − s − 1) + (V − 1)·pp + 1, M·V) chunks: about
+    # L·(1 + (pp − 2)/(pp·V)) layer-micro-batches on the first ranks, so fewer with more chunks
+    act = {v: max(s.activations_bytes for s in memory_per_stage(meta_job(vpp=v))) for v in (2, 4, 8)}
+    assert act[8] < act[4] < act[2]
+    per_layer = layer_activation_bytes(meta_job(vpp=8).model, shard_of(meta_job(vpp=8)))
+    assert act[8] / per_layer == pytest.approx(2 * 14 + 7 * 16 + 1)  # rank 1: 141 one-layer chunks in flight
+    # the documented V = 8 ("the first model chunk on the first stage has only the embedding") fits at 8K and 16K
+    for gpus in (8192, 16384):
+        j = meta_job(vpp=8, num_gpus=gpus)
+        assert max(s.required_bytes for s in memory_per_stage(j)) <= j.system.gpu.hbm_capacity
+
+
+def test_meta_long_context_plan_with_context_parallelism_fits():
+    # Table 4: 16,384 GPUs, TP 8, CP 16, PP 16, DP 8, sequence 131,072, 16M tokens per batch
+    j = Job(model=load_model("llama3-405b"), system=load_system("dgx-h100"),
+            parallelism=Parallelism(tp=8, pp=16, cp=16, vpp=8, sequence_parallel=True),
+            training=Training(global_batch_size=128, micro_batch_size=1, seq_length=131072), num_gpus=16384,
+            framework="meta-llama3")
+    assert j.dp == 8 and j.num_microbatches == 16
+    assert max(s.required_bytes for s in memory_per_stage(j)) <= j.system.gpu.hbm_capacity
+
+
+@pytest.mark.parametrize(("system", "num_gpus", "gbs"), [("hgx-h200", 128, 64), ("dgx-h100", 1024, 512)])
+def test_nemo_405b_recipe_with_uneven_virtual_stages_is_accepted_and_fits(system, num_gpus, gbs):
+    # NeMo's Llama 3.1 405B performance recipe: TP 8, PP 8, CP 2, VP 8, MBS 1, sequence 8192, with the embedding and
+    # the loss counted as a layer of the first/last virtual stage (126 + 2 = 128 slots over 64 virtual stages)
+    j = Job(model=load_model("llama3-405b"), system=load_system(system),
+            parallelism=Parallelism(tp=8, pp=8, cp=2, vpp=8, sequence_parallel=True,
+                                    account_for_embedding_in_pipeline_split=True,
+                                    account_for_loss_in_pipeline_split=True),
+            training=Training(global_batch_size=gbs, micro_batch_size=1, seq_length=8192), num_gpus=num_gpus,
+            framework="nemo")
+    vsl = j.virtual_stage_layers
+    assert vsl[0] == vsl[-1] == 1 and set(vsl[1:-1]) == {2}
+    assert max(s.required_bytes for s in memory_per_stage(j)) <= j.system.gpu.hbm_capacity
 
 
 def test_python_api_and_cli_accept_the_meta_plan(capsys):

@@ -107,6 +107,34 @@ def test_empty_cells_take_the_framework_defaults(tmp_path):
     assert stated.job.training.micro_batch_size == 2 and stated.job.training.zero_stage == 0
 
 
+@pytest.mark.parametrize(("cells", "field", "expected"), [
+    ({"zero": "ZeRO-3"}, "zero_stage", 3), ({"zero": "3 (FSDP)"}, "zero_stage", 3),
+    ({"zero": "FULL_SHARD", "source": "PyTorch FSDP"}, "zero_stage", 3),
+    ({"zero": "distributed optimizer"}, "zero_stage", 1), ({"zero": "stage 2", "source": "DeepSpeed"}, "zero_stage", 2),
+    ({"recompute": "full (uniform, every layer)"}, "recompute_granularity", "full"),
+    ({"recompute": "activation checkpointing"}, "recompute_granularity", "full"),
+    ({"recompute": "Selective"}, "recompute_granularity", "selective"),
+    ({"precision": "FP8 (MXFP8)", "gpu": "B200"}, "fp8_recipe", "mxfp8"),
+    ({"precision": "bfloat16"}, "precision", "bf16"),
+])
+def test_cells_written_in_words(tmp_path, cells, field, expected):
+    assert getattr(one(tmp_path, **cells).job.training, field) == expected
+
+
+def test_unreadable_cell_is_reported(tmp_path):
+    table = load_table(write(tmp_path, [row("ok_1"), row("z_1", zero="sometimes")]))
+    assert [s.id for s in table.skipped] == ["z_1"] and table.skipped[0].reason.startswith("zero:")
+
+
+def test_gpt_presets_under_nemo_train_without_dropout(tmp_path):
+    gpt3 = one(tmp_path, model="GPT-3 175B", L=96, h=12288, heads=96, vocab=51200, num_gpus=512, tp=8, pp=8, vpp=6,
+               global_batch=2048, source="NVIDIA NeMo performance summary").job.model
+    assert gpt3.hidden_dropout == 0.0 and gpt3.vocab_size == 51200 and not gpt3.swiglu
+    bloom = one(tmp_path, model="BLOOM 176B", L=70, h=14336, heads=112, tp=4, pp=12, num_gpus=384, global_batch=2048,
+                source="BigScience Megatron-DeepSpeed").job
+    assert bloom.model.position_embedding_type == "alibi" and bloom.model.hidden_dropout == 0.0
+
+
 def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
     cells = {"source": "Megatron-Core 2024", "model": "GPT 6.7B", "L": 32, "h": 4096, "heads": 32, "seq": 4096,
              "global_batch": 256, "tp": 2}
@@ -305,3 +333,48 @@ def test_cli_file_problems_are_one_line_errors(tmp_path, capsys, problem):
         words = ["--held-out"]
     code, _out, err = run(args, capsys)
     check_one_line_error(code, err, *words)
+
+
+def test_generic_rules_reproduce_every_packaged_row(tmp_path):
+    """The packaged rows under ids no source default knows: framework from the source text, settings from the notes'
+    Megatron flags and the framework defaults give the same jobs and measured times as the hand-written defaults."""
+    from importlib import resources
+
+    from trainsim.estimate import estimate
+
+    with (resources.files("trainsim") / "data" / "published" / "measurements.csv").open() as f:
+        table = pd.read_csv(f)
+    legacy = {m.id: m for m in load_table().rows}
+    table["id"] = "x" + table["id"]
+    path = tmp_path / "renamed.csv"
+    table.to_csv(path, index=False)
+    generic = load_table(path)
+    assert not generic.skipped
+    assert len(generic.rows) == len(legacy) == 39
+    for m in generic.rows:
+        old = legacy[m.id[1:]]
+        assert m.job.framework.name == old.job.framework.name, m.id
+        assert m.measured_iter_s == pytest.approx(old.measured_iter_s, rel=1e-12), m.id
+        assert estimate(m.job).iteration_time_s == pytest.approx(estimate(old.job).iteration_time_s, rel=1e-9), m.id
+
+
+def test_megatron_flags_in_the_notes_fill_empty_cells(tmp_path):
+    m = one(tmp_path, source="Megatron-Core", tp=2, notes="ran with --overlap-param-gather --tp-comm-overlap "
+            "--recompute-granularity selective --micro-batch-size 2")
+    tr = m.job.training
+    assert m.job.parallelism.sequence_parallel and tr.zero_stage == 1  # implied by the two overlap flags
+    assert tr.overlap_param_gather and tr.tp_comm_overlap and tr.recompute_granularity == "selective"
+    assert tr.micro_batch_size == 2
+    cell = one(tmp_path, source="Megatron-Core", tp=2, sp="off", notes="--sequence-parallel in other runs")
+    assert not cell.job.parallelism.sequence_parallel  # a cell wins over the notes
+
+
+def test_deepspeed_tflops_use_eq3_with_the_recompute_factor(tmp_path):
+    from trainsim.validation.measurements import eq3_flops
+
+    cells = {"source": "Megatron-DeepSpeed", "measured_iter_s": None, "measured_tflops_per_gpu": 150.0,
+             "vocab": 50257}
+    full = one(tmp_path, **cells, recompute="full")
+    assert full.measured_iter_s == pytest.approx(eq3_flops(full.job.model, 64, 2048, 50257, True) / (150e12 * 8))
+    none = one(tmp_path, **cells, recompute="none")
+    assert none.measured_iter_s == pytest.approx(full.measured_iter_s * 3 / 4)

@@ -10,6 +10,7 @@ from any :class:`CostModel` (e.g. measured tables).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement, Placements, collective_time, placements_of
 from trainsim.cost.compute import op_time
+from trainsim.cost.sharded import Unit, Zero3Comm, pass_overhead
 from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
 from trainsim.workload.memory import stage_parameter_split
@@ -28,6 +30,7 @@ from trainsim.workload.ops import (
     OpSet,
     Overlap,
     comm_stream,
+    elementwise,
     exposed_time,
     overlap_target,
 )
@@ -261,60 +264,69 @@ def _dp_sync(model: CostModel, kind: Collective, dense: float, expert: float, by
     return d_all + e_all, max(d_one, e_one)
 
 
-@dataclass(frozen=True, slots=True)
-class Zero3Comm:
-    """Per-layer ZeRO-3 / FSDP collectives of one micro-batch (per-micro-batch gathering only)."""
+def _memo(fn: Callable[[float], float]) -> Callable[[float], float]:
+    cache: dict[float, float] = {}
 
-    gather: float  # s, one layer's parameter all-gather (all its collectives)
-    reduce: float  # s, one layer's gradient reduce-scatter
-    prefetch_depth: int
-    gather_in_backward: bool  # resharded after forward: gathered again for the backward pass
+    def memoised(n: float) -> float:
+        if n not in cache:
+            cache[n] = fn(n)
+        return cache[n]
+    return memoised
 
 
 def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params: float,
                      layers: int) -> Zero3Comm | None:
-    """One layer's all-gather and reduce-scatter under per-micro-batch ZeRO-3 (``None`` otherwise).
+    """The per-micro-batch ZeRO-3 / FSDP traffic of a stage of ``layers`` layers and ``stage_params`` parameters
+    (``None`` unless parameters are gathered per micro-batch).
 
-    A layer's gather is ``collectives_per_layer`` collectives of equal size; each pays the ring latency of the whole
-    data-parallel group (:mod:`trainsim.cost.nccl`), which grows with the group.
+    Every all-gather and reduce-scatter is priced on its own by the NCCL model (:mod:`trainsim.cost.nccl`: the ring
+    latency of the whole data-parallel group, which grows with it); the copies the engine makes
+    (:func:`trainsim.workload.sharding.sharding_of`) are HBM passes at the cost model's elementwise speed.
     """
     sh = sharding_of(job)
     if not sh.per_microbatch_gather or sh.shards <= 1:
         return None
-    k = sh.collectives_per_layer
     per_layer = stage_params / max(layers, 1)
-    ag = k * model.collective(CommOp("zero3_gather", "all_gather", Group.DP_CP, "fwd", per_layer * sh.param_bytes / k),
-                              place)
-    rs = k * model.collective(CommOp("zero3_rs", "reduce_scatter", Group.DP_CP, "bwd",
-                                     per_layer * sh.grad_reduce_bytes / k), place)
-    return Zero3Comm(ag, rs, sh.prefetch_depth, sh.reshard_after_forward)
+    e, g = sh.param_bytes, sh.grad_reduce_bytes
+    replicas = None
+    if sh.replicas > 1:  # hybrid: shard inside the node, one replica group per local rank across the nodes
+        place, replicas = Placement(sh.shards, sh.shards, 1), Placement(sh.replicas, 1, sh.replicas)
 
+    def gather(n: float) -> float:
+        return model.collective(CommOp("zero3_gather", "all_gather", Group.DP_CP, "fwd", n * e), place)
 
-def zero3_pass_times(layers: int, f: float, b: float, c: Zero3Comm) -> tuple[float, float]:
-    """(forward, backward) time of ``layers`` uniform layers of ``f``/``b`` seconds under per-layer ZeRO-3 traffic.
+    def copy_in(n: float) -> float:  # read the gradient in the parameter dtype, write it in the reduce dtype
+        return model.compute(elementwise("zero3_rs_copy_in", "bwd", n * (e + g)))
 
-    The gathers and reduce-scatters queue on one data-parallel stream. With prefetching (depth ≥ 1) the first
-    gather and the last reduce-scatter are exposed and the rest overlaps compute unless the stream is the
-    bottleneck; without prefetching every gather precedes its layer.
-    """
-    ag, rs = c.gather, c.reduce
-    bwd_ag = ag if c.gather_in_backward else 0.0
-    if c.prefetch_depth >= 1:
-        fwd = max(layers * f + ag, layers * ag + f)
-        bwd = max(bwd_ag + layers * b + rs, layers * (bwd_ag + rs) + b)
-    else:
-        fwd = layers * (ag + f)
-        bwd = max(layers * (bwd_ag + b) + rs, layers * (bwd_ag + rs) + b)
-    return fwd, bwd
+    def reduce(n: float) -> float:
+        t = model.collective(CommOp("zero3_rs", "reduce_scatter", Group.DP_CP, "bwd", n * g), place)
+        if replicas is not None:  # the reduce-scattered shard, all-reduced across the replicas
+            t += model.collective(CommOp("zero3_replica_ar", "all_reduce", Group.DP_CP, "bwd", n * g / sh.shards),
+                                  replicas)
+        return t + (copy_in(n) if sh.copy_in == "stream" else 0.0)
+
+    def grad_copy(n: float) -> float:
+        return copy_in(n) if sh.copy_in == "compute" else 0.0
+
+    def copy_out(n: float) -> float:
+        return model.compute(elementwise("zero3_ag_copy_out", "fwd", 2 * n * e)) if sh.copy_out else 0.0
+
+    return Zero3Comm(
+        units=tuple(Unit(a * per_layer, r * per_layer, c) for a, r, c in sh.units),
+        gather_time=_memo(gather), reduce_time=_memo(reduce), copy_out_time=_memo(copy_out),
+        grad_copy_time=_memo(grad_copy),
+        forward_depth=sh.forward_depth, backward_order=sh.backward_order, backward_depth=sh.backward_depth,
+        prefetch_params=sh.prefetch_params, max_live_params=sh.max_live_params,
+        reduce_bucket_params=sh.reduce_bucket_params, gather_in_backward=sh.reshard_after_forward,
+    )
 
 
 def zero3_overhead(layers: int, f: float, b: float, c: Zero3Comm, slowdown: float) -> float:
-    """Seconds per micro-batch the ZeRO-3 traffic adds to ``layers`` layers, with the slowdown of overlapped compute."""
-    fwd, bwd = zero3_pass_times(layers, f, b, c)
-    bwd_comm = layers * ((c.gather if c.gather_in_backward else 0.0) + c.reduce)
-    hidden = 0.0 if c.prefetch_depth < 1 else min(layers * f, layers * c.gather)
-    hidden += min(layers * b, bwd_comm)
-    return (fwd - layers * f) + (bwd - layers * b) + slowdown * hidden
+    """Seconds per micro-batch the ZeRO-3 traffic adds to ``layers`` uniform layers of ``f``/``b`` seconds: the
+    forward and backward passes scheduled by :func:`trainsim.cost.sharded.run_pass` (exposed gathers, the last
+    reduce-scatters, and the compute slowed while the collectives overlap it)."""
+    fwd, bwd = pass_overhead(layers, f, b, c, slowdown)
+    return fwd + bwd
 
 
 #: Kernel models ``default_cost_model`` offers: ``auto`` (measured where a surface exists), ``measured``, ``analytic``.

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trainsim.cost.comm import Placement
-from trainsim.cost.job_costs import Zero3Comm, zero3_layer_comm
+from trainsim.cost.job_costs import zero3_layer_comm
+from trainsim.cost.sharded import Zero3Comm, progress, run_pass
 from trainsim.parallel.axes import Group
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work
 from trainsim.workload.ops import CommOp, ComputeOp, Role, comm_stream, overlap_target
@@ -127,26 +128,6 @@ def backward_order(fwd: Iterable[ComputeOp], bwd: Iterable[ComputeOp]) -> list[C
     return [op for _, op in sorted(enumerate(ops), key=key)]
 
 
-def _progress(t0: float, work: float, busy: list[tuple[float, float]], slow: float) -> float:
-    """End of ``work`` seconds of compute started at ``t0``, slowed by ``1 + slow`` inside the ``busy`` intervals."""
-    pos, remaining = t0, work
-    for a, b in busy:
-        if b <= pos:
-            continue
-        if a > pos:
-            free = a - pos
-            if remaining <= free:
-                return pos + remaining
-            remaining -= free
-            pos = a
-        capacity = (b - pos) / (1.0 + slow)
-        if remaining <= capacity:
-            return pos + remaining * (1.0 + slow)
-        remaining -= capacity
-        pos = b
-    return pos + remaining
-
-
 @dataclass(frozen=True)
 class _Comm:
     op: CommOp
@@ -233,7 +214,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
             _, ce = issue(c, t)
             waits.append((ce, c))
         w = model.compute(op)
-        end = _progress(t, w, busy, slow) if busy else t + w
+        end = progress(t, w, busy, slow) if busy else t + w
         slices.append(Slice(COMPUTE, op.name, t, end))
         compute_busy += end - t
         slowdown += (end - t) - w
@@ -408,67 +389,23 @@ class BlockLibrary:
         return tmpl
 
     def _zero3_chunk(self, kind: str, segments: tuple[Segment, ...], zero3: Zero3Comm) -> ChunkTemplate:
-        """Chunk with ZeRO-3 per-layer gathers (``prefetch_depth`` layers ahead) and, in backward, reduce-scatters."""
-        ag, rs = zero3.gather, zero3.reduce
-        gathers = kind == "F" or zero3.gather_in_backward
-        depth = zero3.prefetch_depth
-        slow = self.model.calibration.overlap_slowdown
+        """Chunk with the ZeRO-3 / FSDP gathers and reduce-scatters of :func:`trainsim.cost.sharded.run_pass` (the
+        schedule the analytic estimate uses too); the embedding and the head are not gathered on their own."""
         crosses = self.places[Group.DP_CP].crosses_nodes
-        blocks = [(seg.block, seg.label != "embedding" and seg.label != "head")
+        blocks = [(seg.block.duration, seg.label != "embedding" and seg.label != "head")
                   for seg in segments for _ in range(seg.count)]
-        n = len(blocks)
-        dpfree = 0.0
-        busy: list[tuple[float, float]] = []
-        dp_slices: list[Slice] = []
-        comm_dp = 0.0
-
-        def issue(name: str, dur: float, at: float) -> float:
-            nonlocal dpfree, comm_dp
-            start = max(at, dpfree)
-            dpfree = start + dur
-            busy.append((start, dpfree))
-            dp_slices.append(Slice(DP, name, start, dpfree, Group.DP))
-            comm_dp += dur
-            return dpfree
-
-        # the parameters of layer i are gathered when layer i-depth starts (the first depth+1 up front with
-        # prefetching); the embedding and the head are sharded with the layers' gathers (as the analytic model
-        # counts them)
-        layer_idx = [i for i, (_, is_layer) in enumerate(blocks) if is_layer]
-        ready = dict.fromkeys(range(n), 0.0)
-        issued = 0
-        if gathers and layer_idx and depth >= 1:
-            ready[layer_idx[0]] = issue("zero3_param_gather", ag, 0.0)
-            issued = 1
-        t = 0.0
-        offsets: list[float] = []
-        stall = slowdown = 0.0
-        for i, (b, is_layer) in enumerate(blocks):
-            if gathers and is_layer:
-                pos = layer_idx.index(i)
-                while issued < len(layer_idx) and issued <= pos + depth:
-                    ready[layer_idx[issued]] = issue("zero3_param_gather", ag, t)
-                    issued += 1
-            if ready[i] > t:
-                stall += ready[i] - t
-                t = ready[i]
-            offsets.append(t)
-            end = _progress(t, b.duration, sorted(busy), slow)
-            slowdown += end - t - b.duration
-            t = end
-            if kind == "B" and is_layer:
-                issue("zero3_grad_reduce_scatter", rs, t)
-        if dpfree > t:
-            stall += dpfree - t
-            t = dpfree
+        trace = run_pass(kind, blocks, zero3, self.model.calibration.overlap_slowdown)
+        dp_slices = [Slice(DP, name, start, end, Group.DP) for name, start, end in trace.slices]
         base = _repeat_total(segments)
+        stall, comm_dp, slowdown = trace.stall, trace.comm, trace.slowdown
         total = BlockTime(
-            t, base.compute + slowdown, base.slowdown + slowdown, base.quadratic, _add(base.exposed, {Group.DP: stall}),
-            _add(base.comm, {Group.DP: comm_dp}), base.internode + (comm_dp if crosses else 0.0),
-            base.internode_exposed + (stall if crosses else 0.0), base.nbytes,
+            trace.end, base.compute + slowdown, base.slowdown + slowdown, base.quadratic,
+            _add(base.exposed, {Group.DP: stall}), _add(base.comm, {Group.DP: comm_dp}),
+            base.internode + (comm_dp if crosses else 0.0), base.internode_exposed + (stall if crosses else 0.0),
+            base.nbytes,
         )
         # the blocks keep their own internal layout; only their starts move
-        return ChunkTemplate(kind, segments, total, tuple(dp_slices), tuple(offsets))
+        return ChunkTemplate(kind, segments, total, tuple(dp_slices), tuple(trace.offsets))
 
 
 def zero3_costs(job: Job, model: CostModel, places: Mapping[Group, Placement], stage_params: float,

@@ -456,6 +456,10 @@ class _Enumerator:
         self.gbs = self.tr.global_batch_size
         self.layers = self.model.num_layers
         self.uneven = space.first_stage_layers is not None or space.last_stage_layers is not None
+        # the profile's split rule (trainsim.spec.pipeline_split): torchtitan's and Meta's weigh the embedding and the
+        # loss as one layer each, so pipelines that divide layers + 2 are balanced too (126 layers on pp 16 × vpp 8)
+        self.slots = self.layers + 2 if space.framework.pipeline_layer_split == "account-for-embedding-and-loss" \
+            else self.layers
         self.heads = math.gcd(self.model.num_attention_heads, self.model.query_groups)
         self._selective_cache: dict[tuple[int, int, int, bool, int], bool] = {}
 
@@ -482,7 +486,7 @@ class _Enumerator:
         rest = None if n is None else (n // tp if n % tp == 0 else None)
         if n is not None and rest is None:
             return (1,)
-        cands = range(1, self.layers + 1) if self.uneven else divisors(self.layers)
+        cands = range(1, self.layers + 1) if self.uneven else sorted({*divisors(self.layers), *divisors(self.slots)})
         return tuple(p for p in cands if rest is None or rest % p == 0)
 
     def cp_values(self, n: int | None, tp: int, pp: int) -> tuple[int, ...]:
@@ -533,9 +537,11 @@ class _Enumerator:
         listed = self.given("vpp", 1)
         if listed is not None:
             return listed
-        if pp == 1 or self.uneven or self.layers % pp:
+        if pp == 1 or self.uneven:
             return (1,)
-        return tuple(divisors(self.layers // pp))
+        per_rank = {*(divisors(self.layers // pp) if self.layers % pp == 0 else ()),
+                    *(divisors(self.slots // pp) if self.slots % pp == 0 else ())}
+        return tuple(sorted(per_rank)) or (1,)
 
     def schedule_values(self, pp: int, vpp: int) -> tuple[str, ...]:
         listed = self.given("schedule", default_schedule(vpp))

@@ -35,6 +35,10 @@ OptimizerImpl = Literal["fused", "foreach", "loop"]
 StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 MasterDtype = Literal["fp32", "bf16", "fp16", "param"]
 GradReduceDtype = Literal["fp32", "param"]
+GatherGranularity = Literal["layer", "module"]
+ModuleLayout = Literal["transformers", "megatron"]
+BackwardPrefetch = Literal["pre", "post", "none"]
+ShardingStrategy = Literal["full", "hybrid"]
 DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "fsdp1", "fsdp2", "megatron-fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
 LayerSplit = Literal["even", "type:transformer", "parameters", "account-for-embedding-and-loss"]
@@ -45,7 +49,10 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1
 # Fields that describe the profile rather than the stack (no source needed).
 META_FIELDS = frozenset({"name", "version", "description", "sources"})
 # Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
-OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp"})
+OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
+                             "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
+                             "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
+                             "sharding_strategy"})
 
 
 class Framework(Spec, frozen=True):
@@ -109,8 +116,11 @@ class Framework(Spec, frozen=True):
     overlap_param_gather: bool = Field(description="parameter all-gather overlapped with the forward pass "
                                                    "(distributed optimizer / ZeRO only)")
     tp_comm_overlap: bool = Field(description="TP communication overlapped with GEMMs (TE userbuffers; needs SP)")
-    bucket_size_params: int | None = Field(
-        default=None, gt=0, description="parameters per gradient bucket (None: the engine's rule)")
+    bucket_size_params: Annotated[int | None, Flag(
+        "--reduce-bucket-size", megatron=False,
+        help="gradient elements per reduce bucket (DeepSpeed reduce_bucket_size)")] = Field(
+        default=None, gt=0, description="parameters per gradient bucket (None: the engine's rule); DeepSpeed "
+                                        "ZeRO-3 reduce-scatters its gradients bucket by bucket at this size")
     reshard_after_forward: bool = Field(description="ZeRO-3/FSDP: parameters freed after forward, re-gathered in "
                                                     "backward")
     shard_grads_with_pp: bool | None = Field(
@@ -119,9 +129,58 @@ class Framework(Spec, frozen=True):
                                   "'shards optimizer states and gradients'); None: the engine's rule, accumulated "
                                   "unsharded and reduce-scattered once per step (torchtitan, Megatron FSDP)")
     prefetch_depth: int = Field(ge=0, description="ZeRO-3/FSDP: layers (or buckets) gathered ahead of use")
-    prefetch_bucket_params: int | None = Field(
+    prefetch_bucket_params: Annotated[int | None, Flag(
+        "--stage3-prefetch-bucket-size", megatron=False,
+        help="ZeRO-3: elements per prefetch all-gather (DeepSpeed stage3_prefetch_bucket_size)")] = Field(
         default=None, gt=0, description="ZeRO-3: parameters prefetched ahead of use (DeepSpeed's "
                                         "stage3_prefetch_bucket_size); None: whole layers")
+    gather_granularity: Annotated[GatherGranularity | None, Flag(
+        "--zero3-gather-unit", megatron=False,
+        help="ZeRO-3/FSDP gather unit: layer (FSDP unit per block) or module (DeepSpeed sub-modules)")] = Field(
+        default=None, description="ZeRO-3/FSDP: what one all-gather fetches: a whole layer (FSDP's wrapped block, "
+                                  "FSDP2's fully_shard module) or one sub-module (DeepSpeed's fetch_sub_module); "
+                                  "None: layer")
+    module_layout: ModuleLayout | None = Field(
+        default=None, description="sub-modules of a layer when gathering per module: transformers (separate "
+                                  "q/k/v and gate/up projections for gated models) or megatron (fused QKV and "
+                                  "fused gate/up); None: transformers")
+    max_live_params: Annotated[int | None, Flag(
+        "--stage3-max-live-parameters", megatron=False,
+        help="ZeRO-3: gathered elements kept at most (DeepSpeed stage3_max_live_parameters)")] = Field(
+        default=None, gt=0, description="ZeRO-3: gathered parameter elements alive at once, prefetches included "
+                                        "(DeepSpeed's stage3_max_live_parameters); None: no limit")
+    param_persistence_threshold: Annotated[int | None, Flag(
+        "--stage3-param-persistence-threshold", megatron=False,
+        help="ZeRO-3: parameters smaller than this stay gathered (DeepSpeed)")] = Field(
+        default=None, ge=0, description="ZeRO-3: parameter tensors with fewer elements stay gathered and are never "
+                                        "all-gathered (DeepSpeed's stage3_param_persistence_threshold); None: 0")
+    forward_prefetch: Annotated[bool | None, Flag(
+        "--forward-prefetch", megatron=False, help="FSDP1: explicit forward prefetch of the next unit")] = Field(
+        default=None, description="FSDP1 forward_prefetch: the next unit's all-gather issued explicitly before "
+                                  "the current forward (else implicitly when the CPU reaches it)")
+    backward_prefetch: Annotated[BackwardPrefetch | None, Flag(
+        "--backward-prefetch", megatron=False,
+        help="FSDP1 backward prefetch: pre, post or none (BACKWARD_PRE / BACKWARD_POST / None)")] = Field(
+        default=None, description="FSDP1 backward_prefetch: pre (next all-gather before the current gradient "
+                                  "computation), post (after it, before the current reduce-scatter) or none "
+                                  "(when the next unit's backward hook runs, after the reduce-scatter); None: pre")
+    limit_all_gathers: Annotated[bool | None, Flag(
+        "--no-limit-all-gathers", const=False, megatron=False,
+        help="FSDP1: no rate limiter (the CPU issues all-gathers ahead without bound)")] = Field(
+        default=None, description="FSDP1 limit_all_gathers: at most two all-gathered units in flight, so the "
+                                  "forward prefetches one unit ahead; False lets the CPU issue every gather ahead")
+    sharding_strategy: Annotated[ShardingStrategy | None, Flag(
+        "--sharding-strategy", megatron=False,
+        help="ZeRO-3/FSDP: full (FULL_SHARD over all data-parallel ranks) or hybrid (HYBRID_SHARD / HSDP: shard "
+             "over the ranks of a node, replicate across nodes)")] = Field(
+        default=None, description="ZeRO-3/FSDP sharding: full (FULL_SHARD) or hybrid (FSDP1 HYBRID_SHARD, FSDP2 "
+                                  "HSDP: parameters, gradients and optimizer states sharded over the data-parallel "
+                                  "ranks of one node, replicated across nodes; gradients reduce-scattered inside "
+                                  "the node, then all-reduced across replicas); None: full")
+    all_gather_copy_out: bool | None = Field(
+        default=None, description="FSDP2: the all-gather output is copied into the per-parameter tensors on the "
+                                  "compute stream (foreach_all_gather_copy_out); the reduce-scatter input is "
+                                  "copied in (foreach_reduce_scatter_copy_in) on its stream")
     max_zero_stage: int = Field(ge=0, le=3, description="highest ZeRO/sharding stage the engine offers")
     max_zero_stage_with_pp: int = Field(ge=0, le=3, description="highest stage accepted together with pipelining")
     # ---- parallelism the stack offers ----------------------------------------------------------------------------

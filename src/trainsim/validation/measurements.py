@@ -24,12 +24,13 @@ turned into jobs by :mod:`trainsim.validation.rows` with the documented rules of
 cells; a row that cannot be predicted is kept with its reason (:class:`SkippedRow`), never dropped silently.
 
 Measured iteration time (:func:`measured_iteration_time`), first available of: ``measured_iter_s``; tokens/s per
-GPU (``B·s / (tokens/s · GPUs)``); TFLOP/s per GPU with the source's own FLOP formula (SC'21 Eq. 3 counts the
-recompute forward and is used for ``sc21`` rows only; every other source with the model-FLOP formula of the dataset
-README, the FFN term of a mixture-of-experts model counting its top-k experts); ``measured_mfu`` (a fraction, or a
-percentage when above 1) times the GPU's dense 16-bit peak (TF32 for fp32 runs) with the same model-FLOP formula:
-MFU is quoted against the 16-bit peak even for FP8 runs (PaLM's definition, used by the Llama 3 paper and by
-Megatron-Core's and NeMo's reported model TFLOP/s), so FP8 rows are not divided by the FP8 peak.
+GPU (``B·s / (tokens/s · GPUs)``); TFLOP/s per GPU with the source's own FLOP formula (SC'21 Eq. 3, which counts
+the recompute forward, for ``sc21`` rows and for stacks whose throughput calculators report it: Megatron-LM 2021,
+Megatron-DeepSpeed, DeepSpeed — :data:`trainsim.validation.row_rules.EQ3_FRAMEWORKS`; every other source with the
+model-FLOP formula of the dataset README, the FFN term of a mixture-of-experts model counting its top-k experts);
+``measured_mfu`` (a fraction, or a percentage when above 1) times the GPU's dense 16-bit peak (TF32 for fp32 runs)
+with the model-FLOP formula: MFU is quoted against the 16-bit peak even for FP8 runs (PaLM's definition, used by the
+Llama 3 paper and by Megatron-Core's and NeMo's reported model TFLOP/s), so FP8 rows are not divided by the FP8 peak.
 """
 
 from __future__ import annotations
@@ -168,9 +169,14 @@ def model_flops(model: Model, batch: int, seq: int, vocab: float) -> float:
     return 12.0 * batch * seq * layers * h * h * ((1 + g / a + seq / h) + f / h * mult + vocab / (2 * layers * h))
 
 
-def _sc21_flops(model: Model, batch: int, seq: int, vocab: float) -> float:
+def eq3_flops(model: Model, batch: int, seq: int, vocab: float, recompute: bool = True) -> float:
+    """SC'21 Eq. 3, ``24·f·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))`` with f = 4 when activations are recomputed (the
+    recompute forward counted: hardware FLOPs) and 3 otherwise, whatever the architecture: the convention of the
+    SC'21 paper and of the throughput calculators of Megatron-DeepSpeed (``megatron/utils.py``) and DeepSpeed
+    (DeepSpeed-Chat ``print_throughput``: ``checkpoint_activations_factor``)."""
     layers, h = model.num_layers, model.hidden_size
-    return 96.0 * batch * seq * layers * h * h * (1 + seq / (6 * h) + vocab / (16 * layers * h))
+    return (24.0 * (4 if recompute else 3)) * batch * seq * layers * h * h * (1 + seq / (6 * h)
+                                                                             + vocab / (16 * layers * h))
 
 
 def mfu_peak(system: System, precision: str) -> float:
@@ -179,8 +185,12 @@ def mfu_peak(system: System, precision: str) -> float:
 
 
 def measured_iteration_time(row: pd.Series, model: Model, system: System | None = None,
-                            precision: str = "bf16") -> float:
-    """Iteration time of a row, derived as the dataset README prescribes (module docstring)."""
+                            precision: str = "bf16", eq3_recompute: bool | None = None) -> float:
+    """Iteration time of a row, derived as the dataset README prescribes (module docstring).
+
+    TFLOP/s figures use SC'21 Eq. 3 (:func:`eq3_flops`) for ``sc21`` rows (recompute counted) and whenever
+    ``eq3_recompute`` is given (the row's stack reports Eq. 3 FLOPs; ``True``: it recomputed activations), else
+    model FLOPs (:func:`model_flops`)."""
     iter_s = _number(row, "measured_iter_s")
     if iter_s is not None:
         return iter_s
@@ -192,8 +202,9 @@ def measured_iteration_time(row: pd.Series, model: Model, system: System | None 
     v = _number(row, "vocab") or float(model.vocab_size)
     tflops = _number(row, "measured_tflops_per_gpu")
     if tflops is not None:
-        sc21 = _source(str(row["id"])) == "sc21"
-        flops = _sc21_flops(model, b, s, v) if sc21 else model_flops(model, b, s, v)
+        if eq3_recompute is None and _source(str(row["id"])) == "sc21":
+            eq3_recompute = True
+        flops = model_flops(model, b, s, v) if eq3_recompute is None else eq3_flops(model, b, s, v, eq3_recompute)
         return flops / (tflops * 1e12 * n)
     mfu = _number(row, "measured_mfu")
     if mfu is None or system is None:

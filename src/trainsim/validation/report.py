@@ -34,11 +34,19 @@ from trainsim.errors import TrainsimError
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
+from trainsim.spec.job import Job
+from trainsim.spec.training import Recompute
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
 from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h100_runs
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, SkippedRow, load_measurements, load_table
 from trainsim.validation.ranking import GroupRanking, rank_groups
-from trainsim.validation.row_rules import FALLBACK_FRAMEWORK, FRAMEWORK_KEYWORDS, SYSTEM_FOR_GPU_KEY
+from trainsim.validation.row_rules import (
+    EQ3_FRAMEWORKS,
+    FALLBACK_FRAMEWORK,
+    FRAMEWORK_KEYWORDS,
+    SYSTEM_FOR_GPU_KEY,
+    notes_flag_names,
+)
 from trainsim.validation.rows import FRAMEWORK_ROW_DEFAULTS, ROW_DEFAULTS
 
 SOURCE_NAMES = {
@@ -558,6 +566,10 @@ def generic_rules_lines() -> list[str]:
         "",
         "  `megatron-by-year`: the first year in the text, 2022 or earlier → `megatron-lm-2021`, else",
         f"  `megatron-core`. No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
+        "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
+        + ", ".join(f"`{name}`" for name in notes_flag_names()),
+        "  (`--overlap-param-gather` implies the distributed optimizer and `--tp-comm-overlap` sequence",
+        "  parallelism, as Megatron's `arguments.py` asserts).",
         "- **Empty cells**: " + ", ".join(f"{k}={v}" for k, v in ROW_DEFAULTS.items()) + ";",
         f"  per framework: {fw_defaults}.",
         "  `zero`, the overlap flags, the gradient-reduce dtype and the attention path come from the profile",
@@ -579,51 +591,80 @@ def generic_rules_lines() -> list[str]:
         "  `last_stage_layers` columns; else, when L + 2 divides, the embedding and the loss count as one layer each",
         "  (Megatron-Core's `account_for_embedding/loss_in_pipeline_split`: Llama 3 405B, NeMo's 405B recipe); else",
         "  first/last stage layers stated in the notes; else not predicted.",
-        "- **Measured time**: `measured_iter_s`; else tokens/s per GPU; else TFLOP/s per GPU with the model-FLOP",
-        "  formula of the dataset README (SC'21's hardware-FLOP formula for `sc21` rows only; MoE: top-k experts);",
+        "- **Measured time**: `measured_iter_s`; else tokens/s per GPU; else TFLOP/s per GPU with the source's",
+        "  formula: SC'21 Eq. 3 with the recompute factor (4 with recomputation, else 3) for `sc21` rows and the",
+        f"  stacks whose throughput calculators report it ({', '.join(f'`{f}`' for f in sorted(EQ3_FRAMEWORKS))}),",
+        "  else the model-FLOP formula of the dataset README (MoE: top-k experts);",
         "  else `measured_mfu` (a percentage when above 1) × the dense 16-bit peak (TF32 for fp32), also for FP8",
         "  runs (MFU is quoted against the 16-bit peak).",
         "",
     ]
 
 
-#: Sharded data parallelism at scale: the plans ``zero3_scale_lines`` predicts (model preset or shape, seq, GPUs).
-ZERO3_CASES = (("llama2-70b", 4096, 1024), ("llama2-70b", 4096, 2048))
+#: Sharded data parallelism at scale: the plans ``zero3_scale_lines`` predicts (model preset, seq, GPUs, recompute).
+#: One micro-batch of one sequence per GPU (global batch = GPUs), the regime of large sharded runs.
+ZERO3_CASES: tuple[tuple[str, int, int, Recompute], ...] = (
+    ("llama2-7b", 4096, 128, "none"), ("llama2-7b", 4096, 512, "none"),
+    ("llama2-13b", 4096, 128, "none"), ("llama2-13b", 4096, 512, "none"),
+    ("llama2-70b", 4096, 1024, "full"), ("llama2-70b", 4096, 2048, "full"),
+    ("gpt3-175b", 2048, 1024, "full"), ("gpt3-175b", 2048, 2048, "full"))
 ZERO3_FRAMEWORKS = ("fsdp", "deepspeed", "torchtitan")
+#: Profile overrides that switch the sharded engines' schedule mechanisms off (per-layer gathers one layer ahead,
+#: BACKWARD_PRE, per-layer reduce-scatters, no copies): the *mechanisms off* column.
+ZERO3_MECHANISMS_OFF = {"gather_granularity": "layer", "prefetch_bucket_params": None, "max_live_params": None,
+                        "param_persistence_threshold": None, "bucket_size_params": None, "backward_prefetch": "pre",
+                        "limit_all_gathers": True, "all_gather_copy_out": False}
+
+
+def _zero3_job(name: str, seq: int, n: int, recompute: Recompute, framework: str,
+               overrides: dict[str, Any] | None = None) -> Job:
+    from trainsim.spec import Training, load_framework, load_model, load_system
+
+    fw = load_framework(framework)
+    return Job(model=load_model(name), system=load_system("dgx-a100"), num_gpus=n,
+               framework=fw.replace(**overrides) if overrides else fw,
+               training=Training(global_batch_size=n, micro_batch_size=1, seq_length=seq, zero_stage=3,
+                                 recompute_granularity=recompute, precision="bf16"))
 
 
 def zero3_scale_lines() -> list[str]:
-    """A table of what the model says for ZeRO-3 / FSDP at 1,000+ A100 (no measurement to compare with)."""
-    from trainsim.spec import Job, Training, load_framework, load_model, load_system
-
-    lines = [
-        "## ZeRO-3 / FSDP at 1,000+ GPUs (predictions, no measured row)",
-        "",
-        "No row of the fitted data uses a sharded engine; these are the model's predictions for a 70B model on",
-        "DGX-A100 with ZeRO-3 (mbs 1, gbs 2048, full recomputation) under each sharded stack, with the per-layer",
-        "collectives of `trainsim.workload.sharding` (per-layer all-gathers, again in backward when resharding",
-        "after forward, per-layer reduce-scatters in the profile's reduce dtype, one layer of prefetch, DeepSpeed's",
-        "per-sub-module gathers) priced by `trainsim.cost.nccl` (ring latency growing with the group, the node's",
-        "NICs shared by the group's members there). *dp exposed* is the data-parallel time not hidden by compute.",
-        "",
-        "| model | GPUs | framework | iteration s | tokens/s/GPU | MFU | dp exposed s | per-layer gather ms |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
-    ]
+    """A table of what the model says for ZeRO-3 / FSDP from 128 to 2,048 A100 (no measurement to compare with)."""
     from trainsim.cost.comm import placements_of
     from trainsim.cost.job_costs import default_cost_model, zero3_layer_comm
     from trainsim.parallel.axes import Group
+    from trainsim.workload.sharding import sharding_of
 
-    for name, seq, n in ZERO3_CASES:
-        model = load_model(name)
+    lines = [
+        "## ZeRO-3 / FSDP at scale (predictions, no measured row)",
+        "",
+        "No row of the fitted data uses a sharded engine; these are the model's predictions for Llama-2 7B/13B on",
+        "128-512 and 70B / GPT-3 175B on 1,024-2,048 DGX-A100 GPUs with ZeRO-3 (one sequence per GPU: mbs 1,",
+        "global batch = GPUs) under each sharded stack. The per-micro-batch schedule is",
+        "`trainsim.cost.sharded.run_pass` (the same for the analytic and the event engine): gather units (a layer",
+        "for FSDP1/FSDP2, a sub-module for DeepSpeed, whose tensors under `stage3_param_persistence_threshold`",
+        "stay gathered), prefetch by units (FSDP1's `limit_all_gathers`; `backward_prefetch` BACKWARD_POST in",
+        "llm-foundry's defaults waits for every backward gather) or by elements (DeepSpeed's",
+        "`stage3_prefetch_bucket_size` and `stage3_max_live_parameters`), reduce-scatters per unit or per",
+        "`reduce_bucket_size` bucket (the last exposed), FSDP2's copy-in/copy-out on the compute stream, and the",
+        "compute slowed while collectives overlap it; every collective priced by `trainsim.cost.nccl` (ring",
+        "latency growing with the group, the node's NICs shared). *dp exposed* is the data-parallel time not",
+        "hidden by compute; *mechanisms off* the iteration time with these schedule mechanisms switched off",
+        "(per-layer gathers one layer ahead, BACKWARD_PRE, per-layer reduce-scatters, no copies).",
+        "",
+        "| model | GPUs | framework | iteration s | tokens/s/GPU | MFU | dp exposed s | gathers/layer | "
+        "per-layer gather ms | mechanisms off s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, seq, n, recompute in ZERO3_CASES:
         for fw in ZERO3_FRAMEWORKS:
-            job = Job(model=model, system=load_system("dgx-a100"), num_gpus=n, framework=load_framework(fw),
-                      training=Training(global_batch_size=2048, micro_batch_size=1, seq_length=seq, zero_stage=3,
-                                        recompute_granularity="full", precision="bf16"))
+            job = _zero3_job(name, seq, n, recompute, fw)
             p = predict(job)
+            off = predict(_zero3_job(name, seq, n, recompute, fw, ZERO3_MECHANISMS_OFF))
             comm = zero3_layer_comm(job, default_cost_model(job), placements_of(job)[Group.DP_CP],
-                                    model.num_params, model.num_layers)
+                                    job.model.num_params, job.model.num_layers)
             gather = "—" if comm is None else f"{comm.gather * 1e3:.1f}"
             lines.append(f"| {name} | {n} | `{fw}` | {p.iteration_time_s:.2f} | {p.tokens_per_s_per_gpu:.0f} | "
-                         f"{p.mfu * 100:.1f}% | {p.breakdown_s.get('dp_comm', 0.0):.2f} | {gather} |")
+                         f"{p.mfu * 100:.1f}% | {p.breakdown_s.get('dp_comm', 0.0):.2f} | "
+                         f"{sharding_of(job).collectives_per_layer} | {gather} | {off.iteration_time_s:.2f} |")
     lines.append("")
     return lines

@@ -92,6 +92,51 @@ def infer_framework(cell: str | None, source: str, notes: str) -> tuple[str, str
     return FALLBACK_FRAMEWORK, "fallback: no framework named in source or notes"
 
 
+#: Stacks whose reported TFLOP/s follow SC'21 Eq. 3 with the recompute factor (4 with activation recomputation,
+#: else 3): the SC'21 paper, Megatron-DeepSpeed's ``throughput_calculator`` and DeepSpeed's examples
+#: (``checkpoint_activations_factor``). Every other stack reports model FLOPs.
+EQ3_FRAMEWORKS = frozenset({"megatron-lm-2021", "megatron-deepspeed", "deepspeed"})
+
+#: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
+#: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
+#: (Megatron ``arguments.py`` asserts both), so they imply them.
+NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
+    (r"--sequence-parallel\b", "sp", True),
+    (r"--use-distributed-optimizer\b", "zero", 1),
+    (r"--overlap-grad-reduce\b", "overlap_grad_reduce", True),
+    (r"--overlap-param-gather\b", "overlap_param_gather", True),
+    (r"--overlap-param-gather\b", "zero", 1),
+    (r"--tp-comm-overlap\b", "tp_comm_overlap", True),
+    (r"--tp-comm-overlap\b", "sp", True),
+    (r"--recompute-granularity[=\s]+(full|selective)\b", "recompute", None),
+    (r"--recompute-activations\b", "recompute", "selective"),
+    (r"--checkpoint-activations\b", "recompute", "full"),
+    (r"--fp8-format\b|--fp8\b", "precision", "fp8"),
+    (r"--bf16\b", "precision", "bf16"),
+    (r"--fp16\b", "precision", "fp16"),
+    (r"--micro-batch-size[=\s]+(\d+)", "micro_batch", None),
+)
+
+
+def notes_flag_names() -> list[str]:
+    """The Megatron arguments :func:`notes_flags` reads, in table order."""
+    names = [m.group(0) for p, _k, _v in NOTES_FLAGS for m in re.finditer(r"--[a-z0-9-]+[a-z0-9]", p)]
+    return list(dict.fromkeys(names))
+
+
+def notes_flags(notes: str) -> dict[str, Any]:
+    """Settings stated as Megatron arguments in the notes (first mention of each setting wins)."""
+    out: dict[str, Any] = {}
+    for pattern, key, value in NOTES_FLAGS:
+        found = re.search(pattern, notes)
+        if found is None or key in out:
+            continue
+        out[key] = value if value is not None else found.group(1)
+    if "micro_batch" in out:
+        out["micro_batch"] = int(out["micro_batch"])
+    return out
+
+
 # ---- GPUs ---------------------------------------------------------------------------------------------------------
 #: normalised GPU model (:func:`trainsim.cost.tables.gpu_key`) -> system preset
 SYSTEM_FOR_GPU_KEY: dict[str, str] = {

@@ -2,8 +2,10 @@
 
 Used for every row whose source is not one of the four packaged ones (those keep their
 :data:`~trainsim.validation.measurements.SOURCE_DEFAULTS`). The framework, system and model family come from the
-documented tables of :mod:`trainsim.validation.row_rules`; empty cells take the framework's defaults, all listed
-here and in docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
+documented tables of :mod:`trainsim.validation.row_rules`; an empty cell takes the setting the notes state as a
+Megatron argument (:data:`~trainsim.validation.row_rules.NOTES_FLAGS`, e.g. ``--sequence-parallel``,
+``--use-distributed-optimizer``, ``--overlap-grad-reduce``), else the framework's default, all listed here and in
+docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
 
 - ``precision``: bf16 (fp16 for ``megatron-lm-2021``, whose 2021 examples train with ``--fp16``);
 - ``micro_batch``: 1; ``tp``, ``pp``, ``vpp``, ``cp`` (and the optional ``ep`` column): 1; ``dp``: from
@@ -36,7 +38,7 @@ import math
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -49,15 +51,19 @@ from trainsim.spec.system import System
 from trainsim.spec.training import Precision, Recompute, Training
 from trainsim.validation.measurements import MEASURED_COLUMNS, Measurement, RowError, measured_iteration_time
 from trainsim.validation.row_rules import (
+    EQ3_FRAMEWORKS,
     MOE_NAME,
     NO_DROPOUT_GPT_FRAMEWORKS,
     NVL_TRAY_GPUS,
     SYSTEM_FOR_GPU_KEY,
+    Family,
     family_of,
     infer_framework,
+    notes_flags,
     system_for_gpu,
 )
 
+FP8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 #: Defaults for empty cells, per framework on top of :data:`ROW_DEFAULTS` (module docstring gives the sources).
 ROW_DEFAULTS: dict[str, Any] = {"precision": "bf16", "sp": False, "recompute": "none", "micro_batch": 1,
                                 "overlap_p2p_comm": True}
@@ -68,11 +74,15 @@ FRAMEWORK_ROW_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _TRUE = {"on", "true", "yes", "y", "1", "1.0"}
 _FALSE = {"off", "false", "no", "n", "0", "0.0", "none"}
-_RECOMPUTE: dict[str, Recompute] = {
-    "none": "none", "no": "none", "off": "none", "false": "none", "selective": "selective", "full": "full",
-    "uniform": "full", "block": "full", "yes": "full", "true": "full"}
-_SHARD_WORDS = {"fsdp": 3, "fsdp2": 3, "full_shard": 3, "fully_shard": 3, "hsdp": 3, "hybrid_shard": 3,
-                "shard_grad_op": 2, "distributed optimizer": 1, "distributed_optimizer": 1, "dist-opt": 1}
+#: Recompute cell: the first keyword found (case-insensitive) gives the granularity.
+_RECOMPUTE: tuple[tuple[str, Recompute], ...] = (
+    (r"selective", "selective"), (r"full|uniform|block|checkpoint|\byes\b|\btrue\b", "full"),
+    (r"\bnone\b|\bno\b|\boff\b|\bfalse\b", "none"))
+#: Zero cell: a stage number after zero/stage, a bare number, or a sharding word (first found wins).
+_SHARD_WORDS: tuple[tuple[str, int], ...] = (
+    (r"shard_grad_op", 2), (r"fsdp|full_shard|fully_shard|hsdp|hybrid_shard", 3),
+    (r"distributed[\s_-]*optimi[sz]er|dist[\s_-]*opt", 1))
+_FP8_RECIPES: tuple[FP8Recipe, ...] = ("mxfp8", "blockwise", "tensorwise", "delayed")
 
 
 def row_defaults(framework: str) -> dict[str, Any]:
@@ -122,9 +132,10 @@ def _recompute(row: pd.Series) -> Recompute | None:
     s = _text(row, "recompute")
     if s is None:
         return None
-    if s.lower() not in _RECOMPUTE:
-        raise RowError(f"recompute: {s!r} is not full, selective or none")
-    return _RECOMPUTE[s.lower()]
+    for pattern, value in _RECOMPUTE:
+        if re.search(pattern, s, re.IGNORECASE):
+            return value
+    raise RowError(f"recompute: {s!r} is not full, selective or none")
 
 
 def _zero(row: pd.Series) -> int | None:
@@ -134,12 +145,19 @@ def _zero(row: pd.Series) -> int | None:
     low = s.lower()
     if low in _FALSE:
         return 0
-    if low in _SHARD_WORDS:
-        return _SHARD_WORDS[low]
-    found = re.fullmatch(r"(?:zero|stage)?[\s_-]*([0-3])(?:\.0)?", low)
-    if found is None:
-        raise RowError(f"zero: {s!r} is not a ZeRO stage (none, 1, 2, 3, fsdp)")
-    return int(found.group(1))
+    found = re.search(r"(?:zero|stage)[\s_-]*([0-3])(?!\d)", low) or re.fullmatch(r"([0-3])(?:\.0)?", low)
+    if found is not None:
+        return int(found.group(1))
+    for pattern, stage in _SHARD_WORDS:
+        if re.search(pattern, low):
+            return stage
+    raise RowError(f"zero: {s!r} is not a ZeRO stage (none, 1, 2, 3, fsdp)")
+
+
+def _fp8_recipe(row: pd.Series) -> FP8Recipe | None:
+    """The FP8 scaling recipe named in the precision cell (mxfp8, blockwise, tensorwise, delayed), if any."""
+    low = (_text(row, "precision") or "").lower()
+    return next((r for r in _FP8_RECIPES if r in low), None)
 
 
 _PRECISION: tuple[tuple[str, Precision], ...] = (
@@ -210,6 +228,13 @@ def matching_preset(name: str, layers: int, hidden: int, heads: int, kv: int | N
     return (named or found or [None])[0]
 
 
+def _dropout(family: Family, framework: str) -> dict[str, Any]:
+    """The family's dropout (GPT under Megatron-Core / NeMo: none, as their GPT configs)."""
+    if family.name == "gpt" and framework in NO_DROPOUT_GPT_FRAMEWORKS:
+        return {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    return {k: v for k, v in family.fields.items() if k in ("hidden_dropout", "attention_dropout")}
+
+
 def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
     """The row's model: a preset of the same shape, else the family rules of the model name."""
     name = _text(row, "model") or "custom"
@@ -217,21 +242,20 @@ def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
     kv, ffn, vocab, seq = _int(row, "kv_heads"), _int(row, "ffn"), _int(row, "vocab"), _required_int(row, "seq")
     preset = matching_preset(name, layers, hidden, heads, kv)
     if preset is not None:
-        fields = preset.model_dump(exclude={"name", "seq_length", "source", "approximations"})
+        fields: dict[str, Any] = preset.model_dump(exclude={"name", "seq_length", "source", "approximations"})
         if kv is not None:
             fields["num_query_groups"] = kv
         if ffn is not None and not preset.is_moe:
             fields["ffn_hidden_size"] = ffn
         if vocab is not None:
             fields["vocab_size"] = vocab
+        fields |= _dropout(family_of(preset.name), framework)
         return Model(name=name, seq_length=seq, **fields), [f"architecture of model preset {preset.name}"]
     if MOE_NAME.search(name):
         raise RowError(f"model: {name!r} looks like a mixture-of-experts model and no model preset has its shape "
                        f"(L={layers}, h={hidden}, heads={heads}); the schema has no expert columns")
     fam = family_of(name)
-    fields = dict(fam.fields)
-    if fam.name == "gpt" and framework in NO_DROPOUT_GPT_FRAMEWORKS:
-        fields |= {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    fields = {**fam.fields, **_dropout(fam, framework)}
     notes = [f"model family {fam.name}"]
     if ffn is None:
         ffn = megatron_swiglu_ffn(hidden) if fam.gated_ffn else 4 * hidden
@@ -279,12 +303,25 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str) -
                    "first_stage_layers/last_stage_layers columns)")
 
 
-def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str) -> tuple[Parallelism, list[str]]:
-    """Parallel degrees (empty: 1; dp from the GPU count) and the pipeline split."""
+def _pick(key: str, cell: Any, stated: dict[str, Any], default: Any, assumed: list[str] | None) -> Any:
+    """The row's cell; else the setting stated in the notes; else the default (noted in ``assumed``)."""
+    if cell is not None:
+        return cell
+    if key in stated:
+        if assumed is not None:
+            assumed.append(f"{key} {stated[key]} (from the notes)")
+        return stated[key]
+    if assumed is not None:
+        assumed.append(f"{key} {default} (framework default)")
+    return default
+
+
+def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
+                    stated: dict[str, Any]) -> tuple[Parallelism, list[str]]:
+    """Parallel degrees (empty: 1; dp from the GPU count), sequence parallelism and the pipeline split."""
     tp, pp, vpp, cp, ep = (_int(row, k) or 1 for k in ("tp", "pp", "vpp", "cp", "ep"))
-    sp = _switch(row, "sp")
-    assumed = [] if sp is not None or tp == 1 else [f"sp {'on' if sp_default else 'off'} (framework default)"]
-    sp = sp_default if sp is None else sp
+    assumed: list[str] = []
+    sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
     split, split_notes = pipeline_split(row, layers, pp, vpp, notes)
     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=_int(row, "dp"), sequence_parallel=sp and tp > 1,
                       **split)
@@ -292,25 +329,23 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str) -
 
 
 # ---- the row ------------------------------------------------------------------------------------------------------
-def _training(row: pd.Series, d: dict[str, Any], notes: str) -> tuple[Training, list[str]]:
+def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
+              sp: bool) -> tuple[Training, list[str]]:
     assumed: list[str] = []
-    stated_precision, stated_recompute = _precision(row), _recompute(row)
-    precision: Precision = d["precision"] if stated_precision is None else stated_precision
-    recompute: Recompute = d["recompute"] if stated_recompute is None else stated_recompute
-    if stated_precision is None:
-        assumed.append(f"precision {precision} (framework default)")
-    if stated_recompute is None:
-        assumed.append(f"recompute {recompute} (framework default)")
-    mbs = _int(row, "micro_batch")
-    if mbs is None:
-        mbs = d["micro_batch"]
-        assumed.append(f"micro_batch {mbs} (default)")
-    zero = _zero(row)
-    torch_ddp = "ddp impl=torch" in notes.lower()
+    precision: Precision = _pick("precision", _precision(row), stated, d["precision"], assumed)
+    recompute: Recompute = _pick("recompute", _recompute(row), stated, d["recompute"], assumed)
+    mbs = int(_pick("micro_batch", _int(row, "micro_batch"), stated, d["micro_batch"], assumed))
+    zero = _pick("zero", _zero(row), stated, None, None)  # None: the profile's default stage
+    ogr = stated.get("overlap_grad_reduce") or ("ddp impl=torch" in notes.lower()) or None
+    opg = True if stated.get("overlap_param_gather") and (zero or 0) >= 1 else None
+    tpo = True if stated.get("tp_comm_overlap") and sp else None
     training = Training(micro_batch_size=mbs, global_batch_size=_required_int(row, "global_batch"),
                         seq_length=_required_int(row, "seq"), recompute_granularity=recompute, zero_stage=zero,
-                        precision=precision, overlap_grad_reduce=True if torch_ddp else None,
+                        precision=precision, fp8_recipe=_fp8_recipe(row) if precision == "fp8" else None,
+                        overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
                         overlap_p2p_comm=d["overlap_p2p_comm"])
+    assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+                if getattr(training, k) and stated.get(k)]
     return training, assumed
 
 
@@ -342,21 +377,23 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
-    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes)
-    training, tr_notes = _training(row, d, notes)
+    stated = notes_flags(notes)
+    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes, stated)
+    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel)
     num_gpus = _required_int(row, "num_gpus")
 
     def build(tr: Training) -> Job:
         return Job(model=model, system=system, parallelism=par, training=tr, num_gpus=num_gpus, framework=framework)
 
     job = build(training)
-    if _recompute(row) is None:
+    if _recompute(row) is None and "recompute" not in stated:
         job, why = recompute_that_fits(job, build)
         if why is not None:
             tr_notes = [why if n.startswith("recompute ") else n for n in tr_notes]
-    measured = measured_iteration_time(row, model, system, training.precision)
+    eq3 = job.training.recompute_granularity != "none" if framework.name in EQ3_FRAMEWORKS else None
+    measured = measured_iteration_time(row, model, system, training.precision, eq3)
     if training.zero_stage is None:
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,
-                   f"measured time from {_measured_column(row)}")
+                   f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
