@@ -241,7 +241,7 @@ def _analysis(rows: list[Comparison]) -> list[str]:
                 "on average")
         if nv_bound and nic_bound:
             text += (f"; the 2-node NVLS-tree points are {_mean_error(nv_bound):+.0%} where NVLink bounds them (8x "
-                     f"400G) but {_mean_error(nic_bound):+.0%} where the NICs do (A3 Mega, 8x 200G)")
+                     f"400G) and {_mean_error(nic_bound):+.0%} where the NICs do (A3 Mega, 8x 200G)")
             if _mean_error(nv_bound) > 0 > _mean_error(nic_bound):
                 text += (". Both point at one factor: on two nodes every byte crosses the network once per "
                          "direction, so the NVLS tree's algorithm bandwidth is about min(0.70·NVLink, NICs) "
