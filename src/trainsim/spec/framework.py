@@ -39,6 +39,7 @@ GatherGranularity = Literal["layer", "module"]
 ModuleLayout = Literal["transformers", "megatron"]
 BackwardPrefetch = Literal["pre", "post", "none"]
 CPCommType = Literal["p2p", "allgather"]
+ShardingStrategy = Literal["full", "hybrid"]
 DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "fsdp1", "fsdp2", "megatron-fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
 LayerSplit = Literal["even", "type:transformer", "parameters", "account-for-embedding-and-loss"]
@@ -52,7 +53,7 @@ META_FIELDS = frozenset({"name", "version", "description", "sources"})
 OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
                              "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
-                             "cp_comm_type"})
+                             "cp_comm_type", "sharding_strategy"})
 
 
 class Framework(Spec, frozen=True):
@@ -169,6 +170,14 @@ class Framework(Spec, frozen=True):
         help="FSDP1: no rate limiter (the CPU issues all-gathers ahead without bound)")] = Field(
         default=None, description="FSDP1 limit_all_gathers: at most two all-gathered units in flight, so the "
                                   "forward prefetches one unit ahead; False lets the CPU issue every gather ahead")
+    sharding_strategy: Annotated[ShardingStrategy | None, Flag(
+        "--sharding-strategy", megatron=False,
+        help="ZeRO-3/FSDP: full (FULL_SHARD over all data-parallel ranks) or hybrid (HYBRID_SHARD / HSDP: shard "
+             "over the ranks of a node, replicate across nodes)")] = Field(
+        default=None, description="ZeRO-3/FSDP sharding: full (FULL_SHARD) or hybrid (FSDP1 HYBRID_SHARD, FSDP2 "
+                                  "HSDP: parameters, gradients and optimizer states sharded over the data-parallel "
+                                  "ranks of one node, replicated across nodes; gradients reduce-scattered inside "
+                                  "the node, then all-reduced across replicas); None: full")
     all_gather_copy_out: bool | None = Field(
         default=None, description="FSDP2: the all-gather output is copied into the per-parameter tensors on the "
                                   "compute stream (foreach_all_gather_copy_out); the reduce-scatter input is "
