@@ -34,6 +34,16 @@ def test_vtrain2_recipe(itp_dir: Path) -> None:
     assert at_once["submit_time_s"].eq(0).all() and at_once["deadline_s"].isna().all()
 
 
+def test_vtrain2_gpu_scale_loads_the_cluster(itp_dir: Path) -> None:
+    # more GPUs per ITP GPU: same jobs, arrivals and durations, larger requests (so more GPU-time to schedule)
+    a = vtrain2(itp_dir / "cluster01.csv", 32, seed=7)
+    b = vtrain2(itp_dir / "cluster01.csv", 32, seed=7, gpu_scale=32)
+    assert (b["requested_gpus"] >= a["requested_gpus"]).all() and b["requested_gpus"].sum() > a["requested_gpus"].sum()
+    pd.testing.assert_series_equal(a["submit_time_s"], b["submit_time_s"])
+    with pytest.raises(TrainsimError, match="--gpu-scale"):
+        vtrain2(itp_dir / "cluster01.csv", 8, seed=7, gpu_scale=0)
+
+
 def test_poisson(itp_dir: Path) -> None:
     df = validate_trace(poisson(itp_dir / "cluster02.csv", 50, ["gpt3-1.7b", "gpt3-7.5b"], seed=1,
                                 mean_interarrival_s=100.0, cluster="dgx-a100:16"))
@@ -82,7 +92,7 @@ def test_trace_cli_and_casestudy(itp_dir: Path, tmp_path: Path, capsys) -> None:
                              "--seed", "1", "--time-scale", "1", "--json"], capsys)
     assert code == 0, err
     result = json.loads(stdout)
-    assert result["framework"] == "megatron-lm-2021" and result["time_scale"] == 1.0
+    assert result["framework"] == "megatron-lm-2021" and result["time_scale"] == 1.0 and result["gpu_scale"] == 8
     rows = result["rows"]
     assert [r["experiment"] for r in rows] == ["deadline-64", "deadline-128", "jct-32", "makespan-32"]
     for r in rows:

@@ -40,10 +40,11 @@ VTRAIN_REPORTED = {"deadline-64": "1.17×", "deadline-128": "1.30×", "jct-32": 
 
 def run_casestudy(itp: str | Path, seed: int, cluster: str = "dgx-a100:128", policy: str = "elasticflow",
                   spaces: list[str] | None = None, out: Path | None = None, framework: str = VTRAIN_FRAMEWORK,
-                  time_scale: float = CASESTUDY_TIME_SCALE) -> dict[str, Any]:
+                  time_scale: float = CASESTUDY_TIME_SCALE, gpu_scale: int = 8) -> dict[str, Any]:
     """Run every experiment with both sources; return rows of ``{experiment, space, metric, dp_only, best, ratio,
     offered_load}``. ``framework``: the jobs' software stack; ``time_scale``: the generator's stretch of ITP times
-    (job lengths)."""
+    (job lengths); ``gpu_scale``: GPUs requested per ITP GPU (the recipe's 8; larger values load the cluster more,
+    for the sensitivity of the ratios to contention)."""
     from trainsim.cluster import simulate
     from trainsim.cluster.outputs import write_outputs
     from trainsim.errors import TrainsimError
@@ -60,7 +61,7 @@ def run_casestudy(itp: str | Path, seed: int, cluster: str = "dgx-a100:128", pol
             # the trace is sized in the space compared: requested GPUs, iterations and deadlines from the DP-only
             # speed of that space (the jobs, windows and λ draws are the same in every space)
             trace = vtrain2(df, k, seed, spec, deadlines=deadlines, all_at_once=at_once, framework=framework,
-                            time_scale=time_scale, search_space=space)
+                            time_scale=time_scale, search_space=space, gpu_scale=gpu_scale)
             # GPU-time on the requested GPUs at the DP-only speed of this space, over the arrival span's GPU-time
             load = offered_load(trace, ThroughputModel(source="dp-only", space=space), spec)  # type: ignore[arg-type]
             values = {}
@@ -75,13 +76,14 @@ def run_casestudy(itp: str | Path, seed: int, cluster: str = "dgx-a100:128", pol
                          "dp_only": base, "best": best, "ratio": ratio, "offered_load": load,
                          "vtrain_reported": VTRAIN_REPORTED[name]})
     return {"itp": str(itp), "seed": seed, "cluster": cluster, "policy": policy, "framework": framework,
-            "time_scale": time_scale, "rows": rows}
+            "time_scale": time_scale, "gpu_scale": gpu_scale, "rows": rows}
 
 
 def format_casestudy(result: dict[str, Any]) -> str:
     """A readable table of :func:`run_casestudy`'s rows."""
     lines = [f"vTrain case study 2 on {result['itp']} (seed {result['seed']}, {result['cluster']}, "
-             f"policy {result['policy']}, framework {result['framework']}, time scale {result['time_scale']:g})",
+             f"policy {result['policy']}, framework {result['framework']}, time scale {result['time_scale']:g}, "
+             f"{result.get('gpu_scale', 8)} GPUs per ITP GPU)",
              f"{'experiment':<14}{'space':<6}{'load':>6}  {'metric':<11}{'DP-only':>12}{'best plan':>12}"
              f"{'change':>10}  vTrain"]
     for r in result["rows"]:
