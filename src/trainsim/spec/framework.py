@@ -38,6 +38,7 @@ GradReduceDtype = Literal["fp32", "param"]
 GatherGranularity = Literal["layer", "module"]
 ModuleLayout = Literal["transformers", "megatron"]
 BackwardPrefetch = Literal["pre", "post", "none"]
+CPCommType = Literal["p2p", "allgather"]
 ShardingStrategy = Literal["full", "hybrid"]
 DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "fsdp1", "fsdp2", "megatron-fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
@@ -52,7 +53,7 @@ META_FIELDS = frozenset({"name", "version", "description", "sources"})
 OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
                              "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
-                             "sharding_strategy"})
+                             "cp_comm_type", "sharding_strategy"})
 
 
 class Framework(Spec, frozen=True):
@@ -187,6 +188,10 @@ class Framework(Spec, frozen=True):
     supports_tp: bool = Field(description="tensor parallelism")
     supports_cp: bool = Field(description="context parallelism")
     supports_ep: bool = Field(description="expert parallelism")
+    cp_comm_type: CPCommType | None = Field(
+        default=None, description="context-parallel attention communication (Megatron's --cp-comm-type): p2p (ring: "
+                                  "K/V blocks passed under the attention kernel) or allgather (K/V all-gathered "
+                                  "before the attention and dK/dV reduce-scattered after it, exposed); None: p2p")
     # ---- pipeline ------------------------------------------------------------------------------------------------
     pipeline_engine: PipelineEngine = Field(description="pipeline engine (none: no pipelining offered)")
     pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")

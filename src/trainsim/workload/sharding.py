@@ -7,9 +7,12 @@ the cost code:
   updated parameters once per step; ZeRO-3 / FSDP without pipeline parallelism gathers every layer for every
   micro-batch, before its forward and again before its backward when it reshards after forward
   (``reshard_after_forward``, FSDP's FULL_SHARD and DeepSpeed stage 3); FSDP-style sharding *with* pipeline
-  parallelism (Llama 3, torchtitan: ``reshard_after_forward=False`` and no gradient sync until the last
-  micro-batch) gathers the parameters once per step, keeps them for all micro-batches, accumulates unsharded
-  gradients and reduce-scatters them once: the communication and memory of the distributed optimizer;
+  parallelism (torchtitan: ``reshard_after_forward=False`` and no gradient sync until the last micro-batch)
+  gathers the parameters once per step, keeps them for all micro-batches, accumulates unsharded gradients and
+  reduce-scatters them once: the communication and memory of the distributed optimizer; where the profile keeps
+  gradients sharded with pipelining (``shard_grads_with_pp``: Llama 3's FSDP "shards optimizer states and
+  gradients") the memory is ZeRO-2's (gradients sharded) while the traffic is still counted once per step (the
+  reduce-scatter per round of micro-batches such a stack needs is not modelled);
 * **how many collectives** one layer's gather is split into (:attr:`Sharding.collectives_per_layer`: 1 for an
   FSDP unit per layer or FSDP2's per-layer foreach gather; DeepSpeed stage 3 gathers per sub-module) — each pays the
   ring latency of the whole group (:mod:`trainsim.cost.nccl`);
