@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from cli_helpers import check_one_line_error, run
+from trainsim.cluster.casestudy import CASESTUDY_GPU_SCALE
 from trainsim.cluster.generators import poisson, vtrain2
 from trainsim.cluster.importers import import_trace
 from trainsim.cluster.trace import validate_trace
@@ -32,6 +33,16 @@ def test_vtrain2_recipe(itp_dir: Path) -> None:
     assert (slack > 0).all()
     at_once = vtrain2(itp_dir / "cluster01.csv", 32, seed=7, deadlines=False, all_at_once=True)
     assert at_once["submit_time_s"].eq(0).all() and at_once["deadline_s"].isna().all()
+
+
+def test_vtrain2_gpu_scale_loads_the_cluster(itp_dir: Path) -> None:
+    # more GPUs per ITP GPU: same jobs, arrivals and durations, larger requests (so more GPU-time to schedule)
+    a = vtrain2(itp_dir / "cluster01.csv", 32, seed=7)
+    b = vtrain2(itp_dir / "cluster01.csv", 32, seed=7, gpu_scale=32)
+    assert (b["requested_gpus"] >= a["requested_gpus"]).all() and b["requested_gpus"].sum() > a["requested_gpus"].sum()
+    pd.testing.assert_series_equal(a["submit_time_s"], b["submit_time_s"])
+    with pytest.raises(TrainsimError, match="--gpu-scale"):
+        vtrain2(itp_dir / "cluster01.csv", 8, seed=7, gpu_scale=0)
 
 
 def test_poisson(itp_dir: Path) -> None:
@@ -83,6 +94,7 @@ def test_trace_cli_and_casestudy(itp_dir: Path, tmp_path: Path, capsys) -> None:
     assert code == 0, err
     result = json.loads(stdout)
     assert result["framework"] == "megatron-lm-2021" and result["time_scale"] == 1.0
+    assert result["gpu_scale"] == CASESTUDY_GPU_SCALE == 32  # the CLI default is the case study's constant
     rows = result["rows"]
     assert [r["experiment"] for r in rows] == ["deadline-64", "deadline-128", "jct-32", "makespan-32"]
     for r in rows:

@@ -153,8 +153,9 @@ def test_leftovers_go_to_the_smallest_marginal_gpu_time() -> None:
 
     linear = _sizes([(8, 8.0), (16, 4.0)])  # perfect scaling: growing costs no GPU-time
     poor = _sizes([(8, 8.0), (16, 6.0)])  # 16 GPUs only 1.33x faster
-    jobs = [SimpleNamespace(spec=SimpleNamespace(index=0), remaining=10.0),
-            SimpleNamespace(spec=SimpleNamespace(index=1), remaining=10.0)]
+    # gpus=0: jobs not running yet (no restart to weigh; see test_restart_aware_shares for running jobs)
+    jobs = [SimpleNamespace(spec=SimpleNamespace(index=0), remaining=10.0, gpus=0),
+            SimpleNamespace(spec=SimpleNamespace(index=1), remaining=10.0, gpus=0)]
     alloc = {0: 8, 1: 8}
     left = hand_out(None, "p", 8, alloc, {0: poor, 1: linear}, jobs)  # type: ignore[arg-type]
     assert left == 0 and alloc == {0: 8, 1: 16}

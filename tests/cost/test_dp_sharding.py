@@ -206,6 +206,11 @@ def test_the_cli_reaches_the_sharded_engine_fields_with_deepspeed_and_fsdp_names
     assert unlimited["job"]["framework"]["limit_all_gathers"] is False
     code, _, err = run([*ZERO3_ARGS, "--framework", "fsdp", "--backward-prefetch", "sideways"], capsys)
     check_one_line_error(code, err, "backward_prefetch")
+    hybrid = predict("--framework", "torchtitan", "--sharding-strategy", "hybrid")
+    assert hybrid["job"]["framework"]["sharding_strategy"] == "hybrid"
+    code, _, err = run([*ZERO3_ARGS, "--framework", "torchtitan", "--sharding-strategy", "hybrid", "--pp", "2"],
+                       capsys)
+    check_one_line_error(code, err, "sharding_strategy")
 
 
 def test_the_python_api_reaches_the_sharded_engine_fields():
@@ -214,3 +219,45 @@ def test_the_python_api_reaches_the_sharded_engine_fields():
     job = _job({"name": "deepspeed", "prefetch_bucket_params": 10_000_000, "bucket_size_params": 200_000_000})
     assert sharding_of(job).prefetch_params == 1e7 and sharding_of(job).reduce_bucket_params == 2e8
     assert api.predict(job).iteration_time_s > 0
+
+
+def test_gathered_parameter_memory_follows_the_prefetch_rule():
+    from trainsim.workload.memory import stage_memory
+
+    def peak(framework: object) -> float:
+        return stage_memory(_job(framework, 1024, "llama2-70b"), 0).weights_bytes
+
+    # DeepSpeed holds up to stage3_max_live_parameters gathered elements (never less than a layer)
+    assert peak({"name": "deepspeed", "max_live_params": 3_000_000_000}) - peak("deepspeed") == pytest.approx(
+        2e9 * 2, rel=0.01)
+    # FSDP1 without the rate limiter may gather every layer ahead
+    assert peak({"name": "fsdp", "limit_all_gathers": False}) > peak("fsdp") + 50e9
+
+
+def test_hybrid_sharding_gathers_inside_the_node_and_all_reduces_across_replicas():
+    from trainsim.cost.comm import placements_of
+    from trainsim.cost.job_costs import default_cost_model, zero3_layer_comm
+    from trainsim.errors import TrainsimError
+    from trainsim.parallel.axes import Group
+    from trainsim.workload.memory import stage_memory
+
+    full, hybrid = _job("fsdp", 512), _job({"name": "fsdp", "sharding_strategy": "hybrid"}, 512)
+    sf, sh = sharding_of(full), sharding_of(hybrid)
+    assert (sf.shards, sf.replicas) == (512, 1) and (sh.shards, sh.replicas) == (8, 64)
+
+    def comm(job: Job):  # type: ignore[no-untyped-def]
+        return zero3_layer_comm(job, default_cost_model(job), placements_of(job)[Group.DP_CP],
+                                job.model.num_params, job.model.num_layers)
+
+    cf, ch = comm(full), comm(hybrid)
+    assert cf is not None and ch is not None
+    assert ch.gather < 0.5 * cf.gather  # NVLink inside the node instead of a 512-rank ring over the network
+    # the reduce-scatter inside the node plus the all-reduce of its shard across 64 nodes
+    assert ch.reduce > 0
+    # states are sharded over 8 GPUs, not 512
+    assert stage_memory(hybrid, 0).optimizer_bytes == pytest.approx(64 * stage_memory(full, 0).optimizer_bytes,
+                                                                    rel=0.01)
+    with pytest.raises(TrainsimError, match="sharding_strategy"):
+        sharding_of(Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=64,
+                        parallelism=Parallelism(pp=2), framework={"name": "torchtitan", "sharding_strategy": "hybrid"},
+                        training=Training(global_batch_size=64, zero_stage=3)))

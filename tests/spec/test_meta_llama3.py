@@ -68,7 +68,7 @@ def test_torchtitan_split_weighs_embedding_and_output_as_one_layer_each():
         virtual_stage_layers(4, Parallelism(pp=4, vpp=2), "account-for-embedding-and-loss")
 
 
-def test_deepspeed_uniform_partition():
+def test_deepspeed_balanced_partition_of_transformer_layers():
     assert virtual_stage_layers(30, Parallelism(pp=4), "type:transformer") == (8, 8, 7, 7)
 
 
@@ -184,3 +184,19 @@ def test_python_api_and_cli_accept_the_meta_plan(capsys):
     assert code == 0, err
     data = json.loads(out)
     assert data["job"]["framework"]["name"] == "meta-llama3"
+
+
+def test_all_gather_context_parallelism_is_exposed_where_the_ring_hides():
+    # Llama 3 §3.3.2: K/V all-gathered before the local queries' attention, "exposed in the critical path"
+    # (Transformer Engine's AttnFuncWithCPAndKVAllGather: re-gathered in backward, dK/dV reduce-scattered)
+    def cp_time(framework):  # type: ignore[no-untyped-def]
+        j = Job(model=load_model("llama3-405b"), system=load_system("dgx-h100"),
+                parallelism=Parallelism(tp=8, pp=16, cp=16, vpp=8, sequence_parallel=True),
+                training=Training(global_batch_size=128, micro_batch_size=1, seq_length=131072), num_gpus=16384,
+                framework=framework)
+        return trainsim.predict(j).breakdown_s["cp_comm"]
+
+    assert load_framework("meta-llama3").cp_comm_type == "allgather"
+    allgather = cp_time("meta-llama3")
+    ring = cp_time({"name": "meta-llama3", "cp_comm_type": "p2p"})
+    assert allgather > 0.1 and allgather > 10 * ring

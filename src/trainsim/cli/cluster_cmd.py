@@ -291,6 +291,8 @@ def casestudy_vtrain2(
     framework: str = typer.Option("megatron-lm-2021", "--framework", help="the jobs' software stack (vTrain's)"),
     time_scale: float = typer.Option(10.0, "--time-scale",
                                      help="stretch ITP durations and arrival gaps alike (LLM job lengths)"),
+    gpu_scale: int = typer.Option(32, "--gpu-scale",
+                                  help="GPUs requested per ITP GPU (larger: more contention; 8 = one node each)"),
     out: Path | None = typer.Option(None, "--out", "-o", help="directory for every run's outputs"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -301,7 +303,7 @@ def casestudy_vtrain2(
     if out is not None:
         check_output_path(out, "--out", directory=True)
     result = run_casestudy(itp, seed, cluster, policy, [s.strip() for s in spaces.split(",")], out,
-                           framework=_framework(framework), time_scale=time_scale)
+                           framework=_framework(framework), time_scale=time_scale, gpu_scale=gpu_scale)
     if json_out:
         from trainsim.cli.output import print_json
         from trainsim.cluster.outputs import clean_json

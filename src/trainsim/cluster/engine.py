@@ -81,6 +81,8 @@ class JobRecord:
     end: float | None = None
     starts: int = 0
     restart_penalty_s: float = 0.0
+    #: seconds every restart after the first start costs (the overhead model for this job's model)
+    restart_s: float = 0.0
     closed_gpu_s: float = 0.0
     plans: list[str] = field(default_factory=list)
 
@@ -123,8 +125,13 @@ class Engine:
         self.held = {p.name: 0 for p in cluster.pools}
         self.clock = Clock()
         self.records = [JobRecord(s, None) for s in jobs]  # type: ignore[arg-type]
+        restart: dict[str, float] = {}
         for rec in self.records:
             rec.state = JobState(rec.spec, rec, self.clock)
+            name = rec.spec.model
+            if name not in restart:
+                restart[name] = overhead.seconds(throughput.model(name), first_start=False)
+            rec.restart_s = restart[name]
         #: O(running jobs) cross-checks at every event on runs of this size or smaller (node checks always)
         self.paranoid = len(jobs) <= 2000
         self.active: dict[int, JobRecord] = {}  # arrival order = trace order
@@ -204,7 +211,7 @@ class Engine:
         if point is None:  # no plan fits this fragmented shape: the job waits for the next event
             return False
         first = rec.first_start is None
-        over = self.overhead.seconds(self.tm.model(rec.spec.model), first) + rec.restart_penalty_s
+        over = rec.state.restart_s  # the overhead model's cost (none on the first start) + a failure's penalty
         rec.restart_penalty_s = 0.0
         nodes = np.fromiter(placement, dtype=np.int64, count=len(placement))
         counts = np.fromiter(placement.values(), dtype=np.int64, count=len(placement))

@@ -106,6 +106,9 @@ def vtrain2(itp: str | Path | pd.DataFrame, jobs: int, seed: int, cluster: str |
         raise TrainsimError("--jobs", f"the ITP trace has only {len(df)} usable jobs", "ask for fewer")
     if not (time_scale > 0 and math.isfinite(time_scale)):
         raise TrainsimError("--time-scale", "must be a positive number", "give e.g. 1 (ITP's own durations) or 10")
+    if gpu_scale < 1:
+        raise TrainsimError("--gpu-scale", f"must be a positive integer, got {gpu_scale}",
+                            "give GPUs per ITP GPU, e.g. 8 (vTrain's DGX nodes)")
     spec = load_cluster(cluster) if not isinstance(cluster, ClusterSpec) else cluster
     rng = substream(seed, "trace")
     first = int(rng.integers(0, len(df) - jobs + 1)) if start is None else start

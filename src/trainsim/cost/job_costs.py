@@ -288,6 +288,9 @@ def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params:
         return None
     per_layer = stage_params / max(layers, 1)
     e, g = sh.param_bytes, sh.grad_reduce_bytes
+    replicas = None
+    if sh.replicas > 1:  # hybrid: shard inside the node, one replica group per local rank across the nodes
+        place, replicas = Placement(sh.shards, sh.shards, 1), Placement(sh.replicas, 1, sh.replicas)
 
     def gather(n: float) -> float:
         return model.collective(CommOp("zero3_gather", "all_gather", Group.DP_CP, "fwd", n * e), place)
@@ -297,6 +300,9 @@ def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params:
 
     def reduce(n: float) -> float:
         t = model.collective(CommOp("zero3_rs", "reduce_scatter", Group.DP_CP, "bwd", n * g), place)
+        if replicas is not None:  # the reduce-scattered shard, all-reduced across the replicas
+            t += model.collective(CommOp("zero3_replica_ar", "all_reduce", Group.DP_CP, "bwd", n * g / sh.shards),
+                                  replicas)
         return t + (copy_in(n) if sh.copy_in == "stream" else 0.0)
 
     def grad_copy(n: float) -> float:

@@ -18,8 +18,10 @@ reproduces that structure with trainsim's bandwidths:
   ``2((n/nodes − 1)·lat_intra + log₂(nodes)·lat_inter)``, bandwidth ``0.92·B/2`` with NCCL's medium-size correction;
   NVLS (all-reduce inside one NVSwitch domain with NVLink SHARP, Hopper and newer): the switch reduces, algorithm
   bandwidth ``5/6·B``; NVLS tree (NCCL ≥ 2.18, several such domains): NVLS inside each node and a tree of the
-  nodes' NICs across them, ``5/6·min(B_nvlink, B_net)`` (``B_net/2`` beyond two nodes), latency
-  ``lat_nvls + 2·log₂(nodes)·lat_inter``. NCCL's ring plateau (×1.4 latency for multi-node Simple all-reduce) is
+  nodes' NICs across them: on two nodes every byte crosses the network once per direction, so
+  ``min(0.70·B_nvlink, B_net)`` (0.70: NCCL's NVLS-tree bus-to-algorithm ratio at two nodes; checked against
+  public nccl-tests results in docs/VALIDATION.md, not fitted), beyond two nodes ``5/6·min(B_nvlink, B_net/2)``;
+  latency ``lat_nvls + 2·log₂(nodes)·lat_inter``. NCCL's ring plateau (×1.4 latency for multi-node Simple all-reduce) is
   kept.
 
 Latencies per step come from NCCL's ``hwLat`` table. The system's ``node.nvlink_latency`` and ``network.latency``
@@ -70,6 +72,8 @@ _TREE_CORRECTION: dict[str, tuple[float, ...]] = {
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 }
 _RING_PLATEAU = 1.4  # multi-node Simple ring all-reduce latency factor (Ampere and newer)
+# NVLS tree on two nodes: NCCL's bus-to-algorithm ratio .70·nNodes/(2(nNodes−1)) (tuning.cc, v2.2x) at nNodes = 2
+_NVLS_TREE_TWO_NODES = 0.70
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +168,9 @@ def _algbw(coll: Reduction, algo: str, proto: str, links: Links, nbytes: float) 
     nv = links.nvlink_bandwidth or bus
     if algo == "nvls_tree":  # NVLS inside each node, a tree of node NICs across (halved beyond two nodes)
         net = links.net_bandwidth or bus
-        return min(nv, net if nodes <= 2 else net / 2) * 5 / 6
+        if nodes <= 2:  # every byte crosses the network once per direction: the NICs run at full speed
+            return min(nv * _NVLS_TREE_TWO_NODES, net)
+        return min(nv, net / 2) * 5 / 6
     return nv * 5 / 6  # NVLS
 
 

@@ -38,6 +38,8 @@ GradReduceDtype = Literal["fp32", "param"]
 GatherGranularity = Literal["layer", "module"]
 ModuleLayout = Literal["transformers", "megatron"]
 BackwardPrefetch = Literal["pre", "post", "none"]
+CPCommType = Literal["p2p", "allgather"]
+ShardingStrategy = Literal["full", "hybrid"]
 DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "fsdp1", "fsdp2", "megatron-fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
 LayerSplit = Literal["even", "type:transformer", "parameters", "account-for-embedding-and-loss"]
@@ -50,7 +52,8 @@ META_FIELDS = frozenset({"name", "version", "description", "sources"})
 # Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
 OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
                              "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
-                             "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out"})
+                             "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
+                             "cp_comm_type", "sharding_strategy"})
 
 
 class Framework(Spec, frozen=True):
@@ -167,6 +170,14 @@ class Framework(Spec, frozen=True):
         help="FSDP1: no rate limiter (the CPU issues all-gathers ahead without bound)")] = Field(
         default=None, description="FSDP1 limit_all_gathers: at most two all-gathered units in flight, so the "
                                   "forward prefetches one unit ahead; False lets the CPU issue every gather ahead")
+    sharding_strategy: Annotated[ShardingStrategy | None, Flag(
+        "--sharding-strategy", megatron=False,
+        help="ZeRO-3/FSDP: full (FULL_SHARD over all data-parallel ranks) or hybrid (HYBRID_SHARD / HSDP: shard "
+             "over the ranks of a node, replicate across nodes)")] = Field(
+        default=None, description="ZeRO-3/FSDP sharding: full (FULL_SHARD) or hybrid (FSDP1 HYBRID_SHARD, FSDP2 "
+                                  "HSDP: parameters, gradients and optimizer states sharded over the data-parallel "
+                                  "ranks of one node, replicated across nodes; gradients reduce-scattered inside "
+                                  "the node, then all-reduced across replicas); None: full")
     all_gather_copy_out: bool | None = Field(
         default=None, description="FSDP2: the all-gather output is copied into the per-parameter tensors on the "
                                   "compute stream (foreach_all_gather_copy_out); the reduce-scatter input is "
@@ -177,6 +188,10 @@ class Framework(Spec, frozen=True):
     supports_tp: bool = Field(description="tensor parallelism")
     supports_cp: bool = Field(description="context parallelism")
     supports_ep: bool = Field(description="expert parallelism")
+    cp_comm_type: CPCommType | None = Field(
+        default=None, description="context-parallel attention communication (Megatron's --cp-comm-type): p2p (ring: "
+                                  "K/V blocks passed under the attention kernel) or allgather (K/V all-gathered "
+                                  "before the attention and dK/dV reduce-scattered after it, exposed); None: p2p")
     # ---- pipeline ------------------------------------------------------------------------------------------------
     pipeline_engine: PipelineEngine = Field(description="pipeline engine (none: no pipelining offered)")
     pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")

@@ -24,8 +24,10 @@ Without any of these, the framework profile's split rule (``pipeline_layer_split
   ``(layers + 2) mod (pp·vpp)`` get one more), and the first (last) virtual stage builds one transformer layer
   less. For 126 layers on pp 16 × vpp 2 every chunk holds 4 layers, the first chunk of rank 0 and the last of
   rank 15 hold 3 — the same counts as Megatron-Core's ``--account-for-embedding/loss-in-pipeline-split``.
-* ``type:transformer`` (DeepSpeed ``PipelineModule(partition_method='type:transformer')``, ``partition_uniform``):
-  as even as possible, the first ``layers mod pp`` stages one layer more.
+* ``type:transformer`` (DeepSpeed ``PipelineModule(partition_method='type:transformer')``: ``partition_balanced``
+  over weights 1 for transformer layers, 0 for the rest): the most loaded stage holds ``ceil(layers / pp)``; modelled
+  as the first ``layers mod pp`` stages holding one layer more (DeepSpeed's tie-breaking of the other stages may
+  differ; the most loaded stage, which sets time and memory, is the same).
 * ``parameters`` (DeepSpeed's default): modelled as ``type:transformer`` (the transformer layers dominate the
   parameter count; the embedding's weight on the first stage is not balanced).
 
@@ -129,7 +131,8 @@ def _weighted(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def _uniform(num_layers: int, pp: int) -> tuple[int, ...]:
-    """DeepSpeed's ``partition_uniform``: the first ``layers mod pp`` stages hold one layer more."""
+    """As even as possible, the first ``layers mod pp`` stages one layer more (the most loaded stage of DeepSpeed's
+    ``partition_balanced`` over transformer layers)."""
     each, extra = divmod(num_layers, pp)
     if each < 1:
         raise TrainsimError("model.num_layers", f"{num_layers} layers cannot fill {pp} pipeline stages",

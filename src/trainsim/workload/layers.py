@@ -63,6 +63,7 @@ class Shard:
     summa: bool = False  # 2D tensor parallelism: linear layers on a tp_rows × tp/tp_rows SUMMA grid
     tp_rows: int = 1
     summa_blocks: int = 1
+    cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel) or allgather (exposed)
 
     @property
     def tp_cols(self) -> int:
@@ -161,6 +162,7 @@ def shard_of(job: Job) -> Shard:
         summa=par.summa,
         tp_rows=par.grid[0],
         summa_blocks=par.summa_blocks if par.summa else 1,
+        cp_comm=job.framework.cp_comm_type or "p2p",
     )
 
 
@@ -373,7 +375,15 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
     comm_bwd = (_tp_comm_bwd(shard, h, "attn_out", False, proj)
                 + _tp_comm_bwd(shard, h, "attn_in", True, first))
     flash_f, flash_b = (core_fwd[0], core_bwd[0]) if shard.attention == "flash" else (None, None)
-    if cp > 1:
+    if cp > 1 and shard.cp_comm == "allgather":
+        # All-gather CP (Llama 3 §3.3.2; Megatron --cp-comm-type allgather): the K/V blocks of all cp ranks are
+        # gathered before the attention of the local queries, "exposed in the critical path"; backward gathers them
+        # again (only the local block is saved) and reduce-scatters dK/dV after the attention's backward
+        kv_all = 2 * b * (s // cp) * groups * d * e * cp
+        comm_fwd += (CommOp("cp_kv_allgather", "all_gather", Group.CP, "fwd", kv_all, behind=core_fwd[0]),)
+        comm_bwd += (CommOp("cp_kv_regather", "all_gather", Group.CP, "bwd", kv_all, behind=core_bwd[0]),
+                     CommOp("cp_dkv_reduce_scatter", "reduce_scatter", Group.CP, "bwd", kv_all, behind=core_bwd[-1]))
+    elif cp > 1:
         # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward), under the
         # fused attention kernel (at the end of the block on the unfused path)
         kv_block = 2 * b * (s // cp) * groups * d * e

@@ -295,7 +295,8 @@ def _param_bytes(job: Job) -> tuple[tuple[float, float, float], tuple[float, flo
     """(weights, gradients, optimizer) bytes per parameter of ``job``: non-expert, then routed-expert parameters."""
     tr, fw = job.training, job.framework
     stage = sharding_of(job).memory_stage
-    dense = bytes_per_param(tr.precision, stage, job.dp * job.parallelism.cp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    shards = sharding_of(job).shards  # dp·cp, or the ranks of a node under hybrid sharding
+    dense = bytes_per_param(tr.precision, stage, shards, tr.grads_in_fp32, tr.fp8_recipe, fw)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
     expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
     return dense, expert
@@ -326,8 +327,8 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
-    if sh.per_microbatch_gather:  # gathered layers in flight: the current one and those prefetched
-        weights += (1 + sh.prefetch_depth) * model.layer_params / tp * sh.param_bytes
+    if sh.per_microbatch_gather:
+        weights += sh.gathered_params(model.layer_params / tp, dense + expert) * sh.param_bytes
 
     q = shard.saved_input_bytes
     per_mb = 0.0

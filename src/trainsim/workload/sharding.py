@@ -7,9 +7,12 @@ the cost code:
   updated parameters once per step; ZeRO-3 / FSDP without pipeline parallelism gathers every layer for every
   micro-batch, before its forward and again before its backward when it reshards after forward
   (``reshard_after_forward``, FSDP's FULL_SHARD and DeepSpeed stage 3); FSDP-style sharding *with* pipeline
-  parallelism (Llama 3, torchtitan: ``reshard_after_forward=False`` and no gradient sync until the last
-  micro-batch) gathers the parameters once per step, keeps them for all micro-batches, accumulates unsharded
-  gradients and reduce-scatters them once: the communication and memory of the distributed optimizer;
+  parallelism (torchtitan: ``reshard_after_forward=False`` and no gradient sync until the last micro-batch)
+  gathers the parameters once per step, keeps them for all micro-batches, accumulates unsharded gradients and
+  reduce-scatters them once: the communication and memory of the distributed optimizer; where the profile keeps
+  gradients sharded with pipelining (``shard_grads_with_pp``: Llama 3's FSDP "shards optimizer states and
+  gradients") the memory is ZeRO-2's (gradients sharded) while the traffic is still counted once per step (the
+  reduce-scatter per round of micro-batches such a stack needs is not modelled);
 * **how many collectives** one layer's gather is split into (:attr:`Sharding.collectives_per_layer`: 1 for an
   FSDP unit per layer or FSDP2's per-layer foreach gather; DeepSpeed stage 3 gathers per sub-module) — each pays the
   ring latency of the whole group (:mod:`trainsim.cost.nccl`);
@@ -26,6 +29,9 @@ the cost code:
 * **prefetch rules** — FSDP1's ``limit_all_gathers`` / ``forward_prefetch`` / ``backward_prefetch``, DeepSpeed's
   ``stage3_prefetch_bucket_size`` and ``stage3_max_live_parameters``, and DeepSpeed's gradient ``reduce_bucket_size``
   (scheduled by :mod:`trainsim.cost.sharded`);
+* **hybrid sharding** (``sharding_strategy: hybrid``: FSDP1 ``HYBRID_SHARD``, FSDP2 HSDP) — states sharded over the
+  data-parallel ranks of one node and replicated across nodes: gathers and reduce-scatters stay inside the node,
+  and each reduce-scatter's shard is then all-reduced across the replicas (FSDP1 ``_all_reduce_stream``);
 * **copies** — FSDP2 copies the all-gather output into the per-parameter tensors and the gradients into the
   reduce-scatter input (casting to the reduce dtype), both on the compute stream
   (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``: ``foreach_all_gather_copy_out``,
@@ -46,6 +52,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from trainsim.errors import TrainsimError
+from trainsim.parallel.axes import Group
+from trainsim.parallel.layout import placements_of
 from trainsim.spec.training import element_bytes, grad_element_bytes
 from trainsim.workload.memo import per_job
 
@@ -78,6 +87,7 @@ class Sharding:
     backward_order: Literal["pre", "post", "none"] = "pre"  # FSDP1 backward_prefetch
     backward_depth: int = 1
     copy_out: bool = False  # FSDP2: all-gather output copied on the compute stream
+    replicas: int = 1  # hybrid sharding: copies of the sharded states (nodes), gradients all-reduced across them
     copy_in: Literal["none", "stream", "compute"] = "none"  # gradients copied (and cast) into the reduce-scatter
     # input: on the reduce-scatter's side stream (FSDP1's cast, DeepSpeed's bucket) or the compute stream (FSDP2)
 
@@ -85,6 +95,16 @@ class Sharding:
     def collectives_per_layer(self) -> int:
         """All-gathers one layer issues when every unit is fetched on its own (before prefetch batching)."""
         return sum(1 for g, _, _ in self.units if g > 0)
+
+    def gathered_params(self, layer_params: float, stage_params: float) -> float:
+        """Parameter elements held gathered at once under per-micro-batch ZeRO-3: the layer computing and those
+        prefetched — ``prefetch_depth`` layers ahead (FSDP; every layer of the stage when FSDP1's rate limiter is
+        off and the CPU runs ahead), or up to ``stage3_max_live_parameters`` elements (DeepSpeed counts gathered and
+        in-flight parameters against it; never less than one layer)."""
+        if self.prefetch_params is not None:
+            return max(layer_params, min(self.max_live_params, stage_params))
+        ahead = max(self.prefetch_depth, self.forward_depth)
+        return min(1 + ahead, max(1.0, stage_params / layer_params if layer_params else 1.0)) * layer_params
 
     @property
     def gather_per_step(self) -> bool:
@@ -188,9 +208,18 @@ def sharding_of(job: Job) -> Sharding:
     forward_depth = depth if fw.limit_all_gathers is not False else 1 << 30
     backward_order = fw.backward_prefetch or "pre"
     by_elements = fw.prefetch_bucket_params is not None and engine == "deepspeed-zero"
+    shards, replicas = job.dp * par.cp, 1
+    if fw.sharding_strategy == "hybrid" and zero >= 1 and shards > 1:
+        per_node = placements_of(job)[Group.DP_CP].per_node
+        if not per_mb or per_node < 2:
+            raise TrainsimError("framework.sharding_strategy", "hybrid sharding needs ZeRO-3 without pipelining and "
+                                f"at least two data-parallel ranks per node (got pp {par.pp}, {per_node} per node)",
+                                "use --sharding-strategy full")
+        shards, replicas = per_node, shards // per_node
     return Sharding(
         zero_stage=zero,
-        shards=job.dp * par.cp,
+        shards=shards,
+        replicas=replicas,
         per_microbatch_gather=per_mb,
         reshard_after_forward=per_mb and fw.reshard_after_forward,
         prefetch_depth=depth,

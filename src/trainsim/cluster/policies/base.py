@@ -85,6 +85,19 @@ class JobState:
         return rec.closed_gpu_s + (0.0 if seg is None else seg.gpus * (self._clock.now - seg.t0))
 
     @property
+    def restart_s(self) -> float:
+        """Seconds the job's next (re)start costs before it computes: the resize overhead (nothing on its first
+        start, which loads no checkpoint) plus any failure restart penalty."""
+        rec = self._rec
+        return (0.0 if rec.first_start is None else rec.restart_s) + rec.restart_penalty_s
+
+    @property
+    def overhead_left_s(self) -> float:
+        """Seconds of its current (re)start overhead a running job still has to pay (0 while waiting)."""
+        seg = self._rec.seg
+        return 0.0 if seg is None else max(0.0, seg.useful_t0 - self._clock.now)
+
+    @property
     def first_start_s(self) -> float | None:
         """When the job first started."""
         return self._rec.first_start

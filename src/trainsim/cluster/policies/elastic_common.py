@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -82,16 +83,72 @@ class Sizes:
         return self._time_list[bisect.bisect_left(self._size_list, n)]
 
 
+class Share(NamedTuple):
+    """A deadline job's minimum satisfactory share now: ``gpus`` at ``iter_time_s``, computing ``iterations`` after
+    ``delay_s`` of (re)start overhead."""
+
+    gpus: int
+    iter_time_s: float
+    iterations: float
+    delay_s: float
+
+    def end(self, now: float) -> float:
+        """When the job would finish at this share."""
+        return now + self.delay_s + self.iterations * self.iter_time_s
+
+
+def min_share(js: JobState, sizes: Sizes, now: float) -> Share | None:
+    """The smallest share that still finishes ``js`` by its deadline, restart costs included (None: none does).
+
+    A job that changes size pays a restart (:attr:`JobState.restart_s`: the resize overhead, none on a first start)
+    and, when it is running, loses the iteration in progress. So a running job keeps its current size when that
+    meets the deadline and no smaller size does once the restart is paid; it is shrunk only to a size that meets the
+    deadline with the restart, and grown (restart paid) only when its current size misses. Both throughput sources
+    pay the same overhead (it depends on the model, not on the plan).
+    """
+    deadline = js.spec.deadline_s
+    if deadline is None:
+        return None
+    left = deadline - now
+    delay = js.restart_s
+    if not js.running:
+        rem = js.remaining
+        n = sizes.min_share(rem, left - delay)
+        return None if n is None else Share(n, sizes.time(n), rem, delay)
+    rem_now = js.remaining
+    stay = Share(js.gpus, js.iter_time_s, rem_now, js.overhead_left_s)
+    moved = float(math.ceil(rem_now - 1e-9))  # the iteration in progress is lost when the job stops
+    n = sizes.min_share(moved, left - delay)
+    if stay.end(now) <= deadline and (n is None or n >= js.gpus):
+        return stay
+    return None if n is None else Share(n, sizes.time(n), moved, delay)
+
+
 def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dict[int, Sizes],
              jobs: list[JobState]) -> int:
     """Give ``free`` GPUs to ``jobs`` step by step (to each job's next usable size), ElasticFlow's order: starting a
     waiting job first, then the step with the smallest marginal GPU-time (its ``marginal_gputime``): the change of
     the GPU-time the job's remaining work takes, ``R · (n2·t2 − n1·t1)``, per added GPU ``n2 − n1`` (0 for linear
     scaling; it grows with poor scaling and with the remaining work ``R``, so short jobs are sped up first). Starting
-    a waiting job costs ``R · t2`` per GPU (its remaining time). Ties: trace order. Returns the GPUs left.
+    a waiting job costs ``R · t2`` per GPU (its remaining time). A running job's step is skipped (to its next size)
+    while the restart it costs would make the job finish later than at its current size. Ties: trace order. Returns
+    the GPUs left.
     """
     heap: list[tuple[int, float, int, int, int]] = []
-    remaining = {js.spec.index: max(js.remaining, 0.0) for js in jobs}
+    state = {js.spec.index: js for js in jobs}
+    remaining = {i: max(js.remaining, 0.0) for i, js in state.items()}
+
+    def pays_off(js: JobState, n1: int, n2: int, t2: float) -> bool:
+        """Whether moving from ``n1`` to ``n2`` GPUs is worth it. Only a running job kept at its current size pays a
+        restart for growing (a waiting job starts anyway, a job already resized restarts anyway, and returning to
+        the current size costs nothing); it grows only if it then finishes sooner than where it is, restart and
+        the lost iteration in progress included (ElasticFlow resizes at no cost; with checkpoint restarts, growing
+        a job that is nearly done would delay it)."""
+        cur = js.gpus
+        if cur == 0 or n2 == cur or n1 != cur:
+            return True
+        r = remaining[js.spec.index]
+        return js.restart_s + math.ceil(r - 1e-9) * t2 < js.overhead_left_s + r * js.iter_time_s
 
     def push(i: int) -> None:
         if i not in sizes:
@@ -99,6 +156,8 @@ def hand_out(view: View, pool: str, free: int, alloc: dict[int, int], sizes: dic
         s = sizes[i]
         n1 = alloc.get(i, 0)
         nxt = s.next_after(n1)
+        while nxt is not None and not pays_off(state[i], n1, *nxt):
+            nxt = s.next_after(nxt[0])
         if nxt is None:
             return
         n2, t2 = nxt

@@ -14,27 +14,39 @@ profiles on 1, 2, 4, … GPUs; ``pow2=False`` opens every size on the throughput
    looks at the current instant (the new job's share must fit now). Jobs without a deadline are admitted as
    best-effort.
 2. **Minimum shares**: admitted deadline jobs, earliest deadline first (ties: trace order), get their current
-   minimum share; a job whose deadline can no longer be met becomes best-effort.
+   minimum share, restart costs included (:func:`~trainsim.cluster.policies.elastic_common.min_share`: a job that
+   would change size must meet its deadline after the restart and the iteration in progress it loses, else it keeps
+   its size); a job whose deadline can no longer be met becomes best-effort.
 3. **Best effort**: every other job gets its smallest usable size (trace order) while GPUs remain.
 4. **Stickiness**: a running job keeps its current size when it is above its share and still fits (trace order),
    since every resize costs a checkpoint restart.
 5. **Leftovers**: the remaining GPUs go, one usable size step at a time, waiting jobs first, then to the step with
    the smallest marginal GPU-time (ElasticFlow's ``marginal_gputime``: the extra GPU-time the job's remaining work
-   takes per added GPU; :func:`~trainsim.cluster.policies.elastic_common.hand_out`; ties: trace order). Running jobs
-   are grown only at
+   takes per added GPU; :func:`~trainsim.cluster.policies.elastic_common.hand_out`; ties: trace order), skipping a
+   step whose restart would make a running job finish later. Running jobs are grown only at
    rebalances (every ``rebalance_s``, default 600 s, a scheduling tick); in between, leftovers go to waiting jobs,
    so that a job is not checkpointed and restarted at every arrival.
 
 Simplifications (documented in docs/cluster.md): the admitted jobs' reservations are their current shares held
-from now (ElasticFlow keeps each job's earlier plan), time is continuous (no 60 s slots), and restart costs are not
-part of the admission plan. The usable sizes come from the throughput
-curve, so the policy is plan-aware exactly when the throughput source is (``best`` vs ``dp-only``).
+from now (ElasticFlow keeps each job's earlier plan), so a job admitted on GPUs that free up later can be displaced
+by later admissions with earlier deadlines; time is continuous (no 60 s slots). ElasticFlow resizes almost for free;
+trainsim's checkpoint restarts cost minutes, hence the restart-aware shares and leftovers (rules 2 and 5). The
+usable sizes come from the throughput curve, so the policy is plan-aware exactly when the throughput source is
+(``best`` vs ``dp-only``).
 """
 
 from __future__ import annotations
 
 from trainsim.cluster.policies.base import Target, View, register
-from trainsim.cluster.policies.elastic_common import RebalancingPolicy, Sizes, Timeline, hand_out, targets
+from trainsim.cluster.policies.elastic_common import (
+    RebalancingPolicy,
+    Share,
+    Sizes,
+    Timeline,
+    hand_out,
+    min_share,
+    targets,
+)
 from trainsim.errors import TrainsimError
 
 
@@ -73,25 +85,25 @@ class ElasticFlow(RebalancingPolicy):
             deadline_jobs = sorted((j for j in jobs if j.spec.deadline_s is not None),
                                    key=lambda j: (j.spec.deadline_s, j.spec.index))
             # shares of already admitted jobs first, then admission of new ones in EDF order
-            shares: dict[int, int | None] = {}
+            shares: dict[int, Share | None] = {}
             for js in deadline_jobs:
-                shares[js.spec.index] = self.sizes[js.spec.index].min_share(js.remaining,
-                                                                            js.spec.deadline_s - view.now)
+                shares[js.spec.index] = min_share(js, self.sizes[js.spec.index], view.now)
             for js in deadline_jobs:
                 i = js.spec.index
                 if i not in self.seen:
                     continue
-                s = shares[i]
-                if s is not None and used + s <= cap:
-                    alloc[i] = s
-                    used += s
+                sh = shares[i]
+                if sh is not None and used + sh.gpus <= cap:
+                    alloc[i] = sh.gpus
+                    used += sh.gpus
             timeline: Timeline | None = None
             for js in deadline_jobs:
                 i = js.spec.index
                 if i in self.seen:
                     continue
                 self.seen.add(i)
-                s = shares[i]
+                sh = shares[i]
+                s = None if sh is None else sh.gpus
                 if self.admission == "instant":
                     if s is None or used + s > cap:
                         view.reject(i, "deadline cannot be met")
@@ -99,11 +111,9 @@ class ElasticFlow(RebalancingPolicy):
                 else:
                     if timeline is None:
                         timeline = Timeline(view.now, cap, [
-                            (view.now + j.remaining * self.sizes[j.spec.index].time(shares[j.spec.index]),  # type: ignore[arg-type]
-                             shares[j.spec.index])  # type: ignore[misc]
-                            for j in deadline_jobs
-                            if j.spec.index in self.seen and j.spec.index != i and shares[j.spec.index] is not None
-                            and j.spec.index not in view.rejected])
+                            (sj.end(view.now), sj.gpus) for j in deadline_jobs
+                            if j.spec.index in self.seen and j.spec.index != i
+                            and (sj := shares[j.spec.index]) is not None and j.spec.index not in view.rejected])
                     plan = timeline.plan(self.sizes[i], js.remaining, js.spec.deadline_s)  # type: ignore[arg-type]
                     if plan is None:
                         view.reject(i, "deadline cannot be met")
