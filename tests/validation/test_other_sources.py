@@ -407,3 +407,12 @@ def test_column_names_with_spaces_are_read(tmp_path):
     lines = path.read_text().splitlines()
     path.write_text("\n".join([", ".join(lines[0].split(",")), *lines[1:]]) + "\n")
     assert [r.id for r in load_table(path).rows] == ["p_1"]
+
+
+def test_blackwell_only_file_reports_the_constants_it_used(tmp_path):
+    path = write(tmp_path, [row("bw_1", gpu="B200", source="NeMo"), row("bw_2", gpu="GB200", gpus_per_node=4,
+                                                                        source="NeMo")], name="bw.parquet")
+    report = run_validation(measurements=path)
+    assert {r.id for r in report.rows} == {"bw_1", "bw_2"}
+    assert set(report.calibrations) == {"blackwell"}
+    assert "| gemm_efficiency |" in render_markdown(report)

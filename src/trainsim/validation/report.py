@@ -453,7 +453,8 @@ def render_markdown(report: ValidationReport) -> str:
         "",
     ]
     gens = sorted(report.calibrations)
-    names = sorted({n for g in gens for n in FIT_PARAMETERS.get(g, ())})
+    names = sorted({n for g in gens for n in FIT_PARAMETERS.get(g, ())}) or sorted(
+        {n for fitted in FIT_PARAMETERS.values() for n in fitted})  # e.g. a Blackwell-only --measurements file
     lines.append("| constant | " + " | ".join(gens) + " |")
     lines.append("|---|" + "---:|" * len(gens))
     for n in names:
