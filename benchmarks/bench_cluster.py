@@ -31,7 +31,8 @@ def extract(tmp: Path) -> Path:
     return tmp
 
 
-def one_case(itp: str, jobs: int, nodes: int, policy: str, time_scale: float = 1.0) -> dict[str, float]:
+def one_case(itp: str, jobs: int, nodes: int, policy: str, time_scale: float = 1.0,
+             gpu_scale: int = 8) -> dict[str, float]:
     """Generate a vTrain-recipe trace, then time curves+engine (cold) and the engine alone (warm throughput)."""
     import warnings
 
@@ -43,7 +44,7 @@ def one_case(itp: str, jobs: int, nodes: int, policy: str, time_scale: float = 1
     warnings.simplefilter("ignore")
     cluster = f"dgx-a100:{nodes}"
     t0 = time.perf_counter()
-    trace = vtrain2(itp, jobs, 0, cluster, time_scale=time_scale)
+    trace = vtrain2(itp, jobs, 0, cluster, time_scale=time_scale, gpu_scale=gpu_scale)
     t_gen = time.perf_counter() - t0
     tm = ThroughputModel()
     t0 = time.perf_counter()
@@ -65,8 +66,8 @@ def main() -> None:
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:  # child process: one case, JSON on stdout
-        itp, jobs, nodes, policy, scale = args.case.split("|")
-        print(json.dumps(one_case(itp, int(jobs), int(nodes), policy, float(scale))))
+        itp, jobs, nodes, policy, scale, gscale = args.case.split("|")
+        print(json.dumps(one_case(itp, int(jobs), int(nodes), policy, float(scale), int(gscale))))
         return
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     wanted = set(args.cases.split(","))
@@ -75,21 +76,24 @@ def main() -> None:
         cases = []
         if "64" in wanted:
             cases.append(("64-job case study (cluster01, 1,024 GPUs)", d / "cluster01.csv", 64, 128, "elasticflow",
-                          1.0))
-            cases.append(("64-job case study, --time-scale 10 (the casestudy's default)", d / "cluster01.csv", 64,
-                          128, "elasticflow", 10.0))
+                          1.0, 8))
+            cases.append(("64-job case study, --time-scale 10", d / "cluster01.csv", 64,
+                          128, "elasticflow", 10.0, 8))
+            cases.append(("64-job case study, --time-scale 10 --gpu-scale 32 (the casestudy's defaults)",
+                          d / "cluster01.csv", 64, 128, "elasticflow", 10.0, 32))
         if "1500" in wanted:
-            cases.append(("1,500 ITP jobs, 512 GPUs", d / "cluster01.csv", 1500, 64, "elasticflow", 1.0))
+            cases.append(("1,500 ITP jobs, 512 GPUs", d / "cluster01.csv", 1500, 64, "elasticflow", 1.0, 8))
         if "10000" in wanted:
             for pol in ("fifo", "las", "elasticflow"):
                 cases.append((f"10,000 ITP jobs (cluster04), 10,240 GPUs, {pol}", d / "cluster04.csv", 10000, 1280,
-                              pol, 1.0))
+                              pol, 1.0, 8))
         print("| case | policy | generate | curves + engine | engine (warm curves) | events | peak RSS |")
         print("|---|---|---:|---:|---:|---:|---:|")
         # a fresh plan cache: "curves + engine" is a cold start; the CLI runs below reuse what the cases stored
         env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TRAINSIM_CACHE_DIR": str(Path(tmp) / "cache")}
-        for label, itp, jobs, nodes, pol, scale in cases:
-            out = subprocess.run([sys.executable, __file__, "--case", f"{itp}|{jobs}|{nodes}|{pol}|{scale}"], env=env,
+        for label, itp, jobs, nodes, pol, scale, gscale in cases:
+            out = subprocess.run([sys.executable, __file__, "--case", f"{itp}|{jobs}|{nodes}|{pol}|{scale}|{gscale}"],
+                                 env=env,
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"| {label} | {pol} | {r['generate_s']:.2f} s | {r['cold_s']:.2f} s | {r['engine_s']:.2f} s | "

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from cli_helpers import check_one_line_error, run
+from trainsim.cluster.casestudy import CASESTUDY_GPU_SCALE
 from trainsim.cluster.generators import poisson, vtrain2
 from trainsim.cluster.importers import import_trace
 from trainsim.cluster.trace import validate_trace
@@ -92,7 +93,8 @@ def test_trace_cli_and_casestudy(itp_dir: Path, tmp_path: Path, capsys) -> None:
                              "--seed", "1", "--time-scale", "1", "--json"], capsys)
     assert code == 0, err
     result = json.loads(stdout)
-    assert result["framework"] == "megatron-lm-2021" and result["time_scale"] == 1.0 and result["gpu_scale"] == 8
+    assert result["framework"] == "megatron-lm-2021" and result["time_scale"] == 1.0
+    assert result["gpu_scale"] == CASESTUDY_GPU_SCALE == 32  # the CLI default is the case study's constant
     rows = result["rows"]
     assert [r["experiment"] for r in rows] == ["deadline-64", "deadline-128", "jct-32", "makespan-32"]
     for r in rows:

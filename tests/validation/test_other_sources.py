@@ -78,9 +78,22 @@ def test_framework_column_wins_and_fallback_is_reported():
     assert name == "megatron-core" and "fallback" in rule
 
 
-def test_llama3_paper_uses_its_profile_when_shipped():
-    name, _ = infer_framework(None, "Llama Team 2024 'The Llama 3 Herd of Models'", "")
+@pytest.mark.parametrize("source", ["Llama Team 2024 'The Llama 3 Herd of Models'", "Meta: Llama 3.1 405B training",
+                                    "Llama 3 pre-training at Meta (paper section 3.3)"])
+def test_llama3_paper_uses_its_profile_when_shipped(source):
+    name, _ = infer_framework(None, source, "")
     assert name == ("meta-llama3" if "meta-llama3" in list_frameworks() else "megatron-core")
+
+
+def test_parallelism_the_profile_lacks_selects_the_extended_stack():
+    assert infer_framework(None, "DeepSpeed ZeRO-3", "", (8, 1, 1))[0] == "megatron-deepspeed"  # TP via Megatron
+    assert infer_framework(None, "DeepSpeed ZeRO-3", "", (1, 4, 1))[0] == "deepspeed"  # its own pipeline engine
+    assert infer_framework(None, "PyTorch FSDP", "", (1, 4, 1))[0] == "torchtitan"
+    assert infer_framework(None, "PyTorch FSDP", "", (1, 1, 1))[0] == "fsdp"
+
+
+def test_meta_without_llama3_is_not_the_llama3_stack():
+    assert infer_framework(None, "PyTorch FSDP paper (Meta AI)", "")[0] == "fsdp"
 
 
 def test_framework_reaches_the_job_and_is_reported(tmp_path):
@@ -378,3 +391,19 @@ def test_deepspeed_tflops_use_eq3_with_the_recompute_factor(tmp_path):
     assert full.measured_iter_s == pytest.approx(eq3_flops(full.job.model, 64, 2048, 50257, True) / (150e12 * 8))
     none = one(tmp_path, **cells, recompute="none")
     assert none.measured_iter_s == pytest.approx(full.measured_iter_s * 3 / 4)
+
+
+def test_numbers_written_with_separators_and_percent(tmp_path):
+    m = one(tmp_path, num_gpus="1,024", global_batch="2,048", measured_iter_s=None, measured_mfu="41%",
+            gpu="H100", tp=8, pp=4)
+    assert m.job.num_gpus == 1024
+    ref = one(tmp_path, num_gpus=1024, global_batch=2048, measured_iter_s=None, measured_mfu=0.41, gpu="H100", tp=8,
+              pp=4)
+    assert m.measured_iter_s == pytest.approx(ref.measured_iter_s)
+
+
+def test_column_names_with_spaces_are_read(tmp_path):
+    path = write(tmp_path, [row("p_1")])
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([", ".join(lines[0].split(",")), *lines[1:]]) + "\n")
+    assert [r.id for r in load_table(path).rows] == ["p_1"]

@@ -291,7 +291,8 @@ def casestudy_vtrain2(
     framework: str = typer.Option("megatron-lm-2021", "--framework", help="the jobs' software stack (vTrain's)"),
     time_scale: float = typer.Option(10.0, "--time-scale",
                                      help="stretch ITP durations and arrival gaps alike (LLM job lengths)"),
-    gpu_scale: int = typer.Option(8, "--gpu-scale", help="GPUs requested per ITP GPU (larger: more contention)"),
+    gpu_scale: int = typer.Option(32, "--gpu-scale",
+                                  help="GPUs requested per ITP GPU (larger: more contention; 8 = one node each)"),
     out: Path | None = typer.Option(None, "--out", "-o", help="directory for every run's outputs"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:

@@ -145,12 +145,18 @@ def _model(row: pd.Series, source: str) -> Model:
     return Model(**fields)
 
 
+def parse_number(text: str) -> float:
+    """A number written in a cell: thousands separators and a trailing ``%`` (a fraction) allowed."""
+    s = text.strip().replace(",", "").replace("_", "")
+    return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+
+
 def _number(row: pd.Series, key: str) -> float | None:
     v = _val(row, key)
     if v is None:
         return None
     try:
-        x = float(v)
+        x = parse_number(v) if isinstance(v, str) else float(v)
     except (TypeError, ValueError):
         raise RowError(f"{key}: {v!r} is not a number") from None
     if not math.isfinite(x) or x <= 0:
@@ -194,8 +200,7 @@ def measured_iteration_time(row: pd.Series, model: Model, system: System | None 
     iter_s = _number(row, "measured_iter_s")
     if iter_s is not None:
         return iter_s
-    n = int(row["num_gpus"])
-    b, s = int(row["global_batch"]), int(row["seq"])
+    n, b, s = (int(_number(row, k) or 0) for k in ("num_gpus", "global_batch", "seq"))
     tokens = _number(row, "measured_tokens_per_s_per_gpu")
     if tokens is not None:
         return b * s / (tokens * n)
@@ -293,7 +298,7 @@ def table_to_measurements(table: pd.DataFrame, path: str | None) -> MeasurementT
         rid = str(row["id"])
         try:
             rows.append(row_to_measurement(row))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
             skipped.append(SkippedRow(rid, _source(rid), _one_line(exc)))
     return MeasurementTable(path, tuple(rows), tuple(skipped))
 
@@ -308,6 +313,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     except Exception as exc:  # pandas/pyarrow raise many types for unreadable files
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise TrainsimError("--measurements", f"cannot read {p} ({first})", "give a CSV or Parquet file") from None
+    table = table.rename(columns=lambda c: str(c).strip())
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
         raise TrainsimError(f"--measurements column {missing[0]!r}", f"missing from {p}"

@@ -34,6 +34,7 @@ from trainsim.errors import TrainsimError
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
+from trainsim.spec.framework import list_frameworks
 from trainsim.spec.job import Job
 from trainsim.spec.training import Recompute
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
@@ -547,8 +548,12 @@ def _assumption_lines(report: ValidationReport) -> list[str]:
 def generic_rules_lines() -> list[str]:
     """How rows of other sources (``--measurements``) become jobs: the tables of
     :mod:`trainsim.validation.row_rules` and :mod:`trainsim.validation.rows`, rendered from the data."""
+    shipped = list_frameworks()
     rules = [f"  {k}. {r.label} → `{r.framework}`"
-             + (f" (`{r.otherwise}` while that profile is not shipped)" if r.otherwise else "")
+             + (f" (`{r.otherwise}` while that profile is not shipped)"
+                if r.otherwise and r.framework not in shipped else "")
+             + (f" (`{r.extended}` when the row uses TP, PP or CP that `{r.framework}` does not offer)"
+                if r.extended else "")
              for k, r in enumerate(FRAMEWORK_KEYWORDS, 1)]
     fw_defaults = "; ".join(f"`{fw}`: " + ", ".join(f"{k}={v}" for k, v in d.items())
                             for fw, d in FRAMEWORK_ROW_DEFAULTS.items())

@@ -35,12 +35,14 @@ MEGATRON_2021_LAST_YEAR = 2022  # Megatron-LM before Megatron-Core (first Megatr
 @dataclass(frozen=True)
 class FrameworkRule:
     """``pattern`` (regex, case-insensitive) found in the text selects ``framework`` (or, when that profile is not
-    shipped, ``otherwise``); ``label`` says in words what the pattern matches."""
+    shipped, ``otherwise``; or ``extended`` when the row uses a parallelism the profile does not offer); ``label``
+    says in words what the pattern matches."""
 
     label: str
     pattern: str
     framework: str
     otherwise: str | None = None
+    extended: str | None = None
 
 
 #: Ordered: the first rule whose pattern occurs in the text wins. ``megatron-by-year`` is resolved by the year.
@@ -50,9 +52,15 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     FrameworkRule("torchtitan", r"torchtitan", "torchtitan"),
     # 'The Llama 3 Herd of Models': Meta's stack (TP, CP, PP and FSDP-style sharding); until its profile ships, the
     # Megatron-Core profile (same 4D parallelism, sharded optimizer from the zero column)
-    FrameworkRule("Herd of Models (Llama 3 paper)", r"herd of models", "meta-llama3", "megatron-core"),
-    FrameworkRule("DeepSpeed, ZeRO-3, ZeRO-Infinity", r"deepspeed|\bzero[-_ ]?(?:3|infinity)\b", "deepspeed"),
-    FrameworkRule("FSDP, FSDP2, llm-foundry, accelerate", r"\bfsdp2?\b|llm[-_ ]?foundry|\baccelerate\b", "fsdp"),
+    FrameworkRule("Llama 3 paper (Herd of Models, Llama Team, Meta + Llama 3)",
+                  r"herd of models|llama team|\bmeta\b.{0,40}llama[\s-]*3|llama[\s-]*3.{0,40}\bmeta\b",
+                  "meta-llama3", "megatron-core"),
+    # DeepSpeed trains with tensor parallelism through Megatron (the ZeRO and ZeRO-Infinity papers: Megatron-LM model
+    # parallelism + ZeRO); FSDP with TP, PP or CP is PyTorch's DTensor/pipelining stack as torchtitan composes it
+    FrameworkRule("DeepSpeed, ZeRO-3, ZeRO-Infinity", r"deepspeed|\bzero[-_ ]?(?:3|infinity)\b", "deepspeed",
+                  extended="megatron-deepspeed"),
+    FrameworkRule("FSDP, FSDP2, llm-foundry, accelerate", r"\bfsdp2?\b|llm[-_ ]?foundry|\baccelerate\b", "fsdp",
+                  extended="torchtitan"),
     FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
     FrameworkRule("Megatron-LM, Megatron-Core, MCore", r"megatron[-_ ]?(?:lm|core)|\bmcore\b", "megatron-by-year"),
 )
@@ -67,12 +75,23 @@ def _megatron_by_year(text: str) -> str:
     return "megatron-core"
 
 
-def _match(text: str, shipped: list[str]) -> tuple[str, str] | None:
+def lacks_parallelism(framework: str, tp: int, pp: int, cp: int) -> bool:
+    """Whether the profile offers no tensor, pipeline or context parallelism the row uses."""
+    from trainsim.spec.framework import load_framework
+
+    fw = load_framework(framework)
+    return (tp > 1 and not fw.supports_tp) or (pp > 1 and fw.pipeline_engine == "none") or (
+        cp > 1 and not fw.supports_cp)
+
+
+def _match(text: str, shipped: list[str], degrees: tuple[int, int, int]) -> tuple[str, str] | None:
     for rule in FRAMEWORK_KEYWORDS:
         found = re.search(rule.pattern, text, re.IGNORECASE)
         if found is None:
             continue
         name = _megatron_by_year(text) if rule.framework == "megatron-by-year" else rule.framework
+        if name in shipped and rule.extended in shipped and lacks_parallelism(name, *degrees):
+            return rule.extended or name, f"{found.group(0)!r} with tp/pp/cp {degrees} that {name} does not offer"
         if name in shipped:
             return name, repr(found.group(0))
         if rule.otherwise is not None:
@@ -80,13 +99,15 @@ def _match(text: str, shipped: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def infer_framework(cell: str | None, source: str, notes: str) -> tuple[str, str]:
-    """The row's framework and how it was chosen (``framework`` column, keyword in source/notes, or fallback)."""
+def infer_framework(cell: str | None, source: str, notes: str,
+                    degrees: tuple[int, int, int] = (1, 1, 1)) -> tuple[str, str]:
+    """The row's framework and how it was chosen (``framework`` column, keyword in source/notes, or fallback).
+    ``degrees``: the row's (tp, pp, cp), for rules whose profile has an ``extended`` stack."""
     if cell:
         return cell, "framework column"
     shipped = list_frameworks()
     for where, text in (("source", source), ("notes", notes)):
-        hit = _match(text, shipped)
+        hit = _match(text, shipped, degrees)
         if hit is not None:
             return hit[0], f"{hit[1]} in {where}"
     return FALLBACK_FRAMEWORK, "fallback: no framework named in source or notes"

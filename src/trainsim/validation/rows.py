@@ -49,7 +49,13 @@ from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.presets import list_models, load_model, load_system
 from trainsim.spec.system import System
 from trainsim.spec.training import Precision, Recompute, Training
-from trainsim.validation.measurements import MEASURED_COLUMNS, Measurement, RowError, measured_iteration_time
+from trainsim.validation.measurements import (
+    MEASURED_COLUMNS,
+    Measurement,
+    RowError,
+    measured_iteration_time,
+    parse_number,
+)
 from trainsim.validation.row_rules import (
     EQ3_FRAMEWORKS,
     MOE_NAME,
@@ -104,7 +110,7 @@ def _int(row: pd.Series, key: str) -> int | None:
     if s is None:
         return None
     try:
-        x = float(s)
+        x = parse_number(s)
     except ValueError:
         raise RowError(f"{key}: {s!r} is not an integer") from None
     if not x.is_integer() or x < 0:
@@ -200,7 +206,7 @@ def row_system(row: pd.Series) -> tuple[System, list[str]]:
         network = network.replace(nics_per_node=nics)
     if gbps is not None:
         try:
-            network = network.replace(nic_bandwidth=float(gbps) * 1e9 / 8)
+            network = network.replace(nic_bandwidth=parse_number(gbps) * 1e9 / 8)
         except ValueError:
             raise RowError(f"nic_gbps: {gbps!r} is not a number") from None
     return system.replace(node=node, network=network), notes
@@ -372,7 +378,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     """A row of any source as a measurement; raises :class:`RowError` (or ``ValueError``) with the reason."""
     rid = str(row["id"])
     notes = _text(row, "notes") or ""
-    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes)
+    tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
+    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp))
     framework = load_framework(fw_name)
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
