@@ -225,6 +225,19 @@ def test_126_layers_over_pp16_count_embedding_and_loss(tmp_path):
     assert m.job.layers_per_stage == (7, *[8] * 14, 7)
 
 
+def test_empty_vpp_takes_the_stacks_documented_interleaving(tmp_path):
+    llama = dict(model="Llama 3 405B", L=126, h=16384, heads=128, kv_heads=8, ffn=53248, vocab=128256, seq=8192,
+                 tp=8, pp=16, num_gpus=16384, global_batch=2048, gpu="H100")
+    meta = one(tmp_path, source="Llama Team, The Llama 3 Herd of Models", **llama)
+    assert meta.job.framework.name == "meta-llama3"
+    assert meta.job.parallelism.vpp == 8  # one slot (layer, embedding or loss) per chunk: 128 / 16
+    assert any(a.startswith("vpp 8") for a in meta.assumptions)
+    stated = one(tmp_path, source="Llama Team, The Llama 3 Herd of Models", vpp=2, **llama)
+    assert stated.job.parallelism.vpp == 2  # a stated value is never changed
+    megatron = one(tmp_path, framework="megatron-core", zero=1, **llama)
+    assert megatron.job.parallelism.vpp == 1  # Megatron: an empty cell is not interleaved
+
+
 def test_first_last_stage_layers_from_the_notes_or_reported(tmp_path):
     m = one(tmp_path, L=29, pp=4, notes="uneven split: first stage 5 layers, last stage 8 layers")
     assert m.job.layers_per_stage == (5, 8, 8, 8)

@@ -50,7 +50,8 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1
 # Fields that describe the profile rather than the stack (no source needed).
 META_FIELDS = frozenset({"name", "version", "description", "sources"})
 # Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
-OPTIONAL_FIELDS = frozenset({"bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
+OPTIONAL_FIELDS = frozenset({"virtual_stages_default",
+                             "bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
                              "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
                              "cp_comm_type", "sharding_strategy"})
@@ -196,6 +197,11 @@ class Framework(Spec, frozen=True):
     pipeline_engine: PipelineEngine = Field(description="pipeline engine (none: no pipelining offered)")
     pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")
     interleaved_schedule: bool = Field(description="virtual pipeline stages (interleaved 1F1B) offered")
+    virtual_stages_default: Literal["slot-per-chunk"] | None = Field(
+        default=None, description="virtual stages a run of this stack uses when a record does not state them "
+                                  "(validation rows with an empty vpp cell): slot-per-chunk: one layer slot per "
+                                  "model chunk, V = slots / pp (the split rule's slots: layers, plus embedding and "
+                                  "loss where they count as a layer); None: not interleaved")
     # ---- host ----------------------------------------------------------------------------------------------------
     cuda_graphs: Annotated[bool, Flag(
         "--enable-cuda-graph", param="enable_cuda_graph",

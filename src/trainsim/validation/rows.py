@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from trainsim.spec.framework import load_framework
+from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model, megatron_swiglu_ffn
 from trainsim.spec.parallelism import Parallelism
@@ -322,11 +322,27 @@ def _pick(key: str, cell: Any, stated: dict[str, Any], default: Any, assumed: li
     return default
 
 
+def default_vpp(framework: Framework, layers: int, pp: int) -> int | None:
+    """Virtual stages a run of ``framework`` uses when its record leaves ``vpp`` empty (``None``: not interleaved).
+
+    ``slot-per-chunk`` (Meta's Llama 3 stack): one slot per model chunk, the slots being the layers plus the embedding
+    and the loss where the profile's split rule counts them as layers; only when the slots divide over ``pp``.
+    """
+    if framework.virtual_stages_default != "slot-per-chunk" or pp < 2:
+        return None
+    slots = layers + (2 if framework.pipeline_layer_split == "account-for-embedding-and-loss" else 0)
+    return slots // pp if slots % pp == 0 and slots // pp > 1 else None
+
+
 def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
-                    stated: dict[str, Any]) -> tuple[Parallelism, list[str]]:
-    """Parallel degrees (empty: 1; dp from the GPU count), sequence parallelism and the pipeline split."""
+                    stated: dict[str, Any], framework: Framework | None = None) -> tuple[Parallelism, list[str]]:
+    """Parallel degrees (empty: 1, or the framework's default virtual stages; dp from the GPU count), sequence
+    parallelism and the pipeline split."""
     tp, pp, vpp, cp, ep = (_int(row, k) or 1 for k in ("tp", "pp", "vpp", "cp", "ep"))
     assumed: list[str] = []
+    if _int(row, "vpp") is None and framework is not None and (v := default_vpp(framework, layers, pp)) is not None:
+        vpp = v
+        assumed.append(f"vpp {v} ({framework.name}: {framework.virtual_stages_default})")
     sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
     split, split_notes = pipeline_split(row, layers, pp, vpp, notes)
     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=_int(row, "dp"), sequence_parallel=sp and tp > 1,
@@ -385,7 +401,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
     stated = notes_flags(notes)
-    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes, stated)
+    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes, stated, framework)
     training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel)
     num_gpus = _required_int(row, "num_gpus")
 
