@@ -103,14 +103,23 @@ class KernelSurface:
 
 
 @cache
-def packaged_surface() -> KernelSurface | None:
-    """The shipped H100 surface (``None`` if the package data is missing)."""
-    from trainsim.cost.tables import OpTimes, read_table
+def packaged_table() -> pd.DataFrame | None:
+    """The shipped H100 kernel table, read and validated once (``None`` if the package data is missing)."""
+    from trainsim.cost.tables import read_table
 
     path = resources.files("trainsim").joinpath(*TABLE)
     if not path.is_file():
         return None
-    return KernelSurface(OpTimes.from_frame(read_table(str(path), "ops")))
+    return read_table(str(path), "ops")
+
+
+@cache
+def packaged_surface() -> KernelSurface | None:
+    """The shipped H100 surface (``None`` if the package data is missing)."""
+    from trainsim.cost.tables import OpTimes
+
+    table = packaged_table()
+    return None if table is None else KernelSurface(OpTimes.from_frame(table))
 
 
 @dataclass
@@ -161,12 +170,9 @@ def large_kernel_efficiencies() -> dict[str, float] | None:
     :data:`LARGE_GEMM_DIM` (all three ``nn.Linear`` layouts); ``attention_efficiency``: causal forward attention with
     head dimension 128 and sequence at least :data:`LARGE_ATTENTION_SEQ`. ``None`` without the packaged table.
     """
-    path = resources.files("trainsim").joinpath(*TABLE)
-    if not path.is_file():
+    df = packaged_table()
+    if df is None:
         return None
-    with path.open("rb") as f:
-        df = pd.read_parquet(f, columns=["kind", "phase", "dtype", "m", "n", "k", "attn_seq_q", "attn_head_dim",
-                                         "attn_causal", "flops", "time_s"])
     eff = df["flops"] / df["time_s"] / df["dtype"].map(H100_PEAK).astype(float)
     gemm = (df["kind"] == "gemm") & (df[["m", "n", "k"]].min(axis=1) >= LARGE_GEMM_DIM)
     attn = ((df["kind"] == "attention") & (df["phase"] == "fwd") & (df["dtype"] == "bf16")

@@ -117,9 +117,15 @@ def virtual_stage_layers(num_layers: int, par: Parallelism, split: str = "even",
     return tuple(counts)
 
 
+def split_slots(num_layers: int, split: str) -> int:
+    """Slots a layer-split rule spreads over the virtual stages: the layers, plus the embedding and the loss where
+    the rule weighs them as one layer each (``account-for-embedding-and-loss``)."""
+    return num_layers + (2 if split == "account-for-embedding-and-loss" else 0)
+
+
 def _weighted(num_layers: int, stages: int) -> tuple[int, ...]:
     """torchtitan's ``generate_llm_fqn_per_model_part(stages, layers, input_weight=1, output_weight=1)``."""
-    slots = num_layers + 2
+    slots = split_slots(num_layers, "account-for-embedding-and-loss")
     each, extra = divmod(slots, stages)
     if each < 1:
         raise TrainsimError("model.num_layers", f"{num_layers} layers + embedding + loss cannot fill {stages} "

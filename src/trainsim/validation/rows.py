@@ -38,7 +38,7 @@ import math
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 
@@ -46,6 +46,7 @@ from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model, megatron_swiglu_ffn
 from trainsim.spec.parallelism import Parallelism
+from trainsim.spec.pipeline_split import split_slots
 from trainsim.spec.presets import list_models, load_model, load_system
 from trainsim.spec.system import System
 from trainsim.spec.training import Precision, Recompute, Training
@@ -68,8 +69,8 @@ from trainsim.validation.row_rules import (
     notes_flags,
     system_for_gpu,
 )
+from trainsim.workload.fp8 import Fp8Recipe
 
-FP8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 #: Defaults for empty cells, per framework on top of :data:`ROW_DEFAULTS` (module docstring gives the sources).
 ROW_DEFAULTS: dict[str, Any] = {"precision": "bf16", "sp": False, "recompute": "none", "micro_batch": 1,
                                 "overlap_p2p_comm": True}
@@ -88,7 +89,7 @@ _RECOMPUTE: tuple[tuple[str, Recompute], ...] = (
 _SHARD_WORDS: tuple[tuple[str, int], ...] = (
     (r"shard_grad_op", 2), (r"fsdp|full_shard|fully_shard|hsdp|hybrid_shard", 3),
     (r"distributed[\s_-]*optimi[sz]er|dist[\s_-]*opt", 1))
-_FP8_RECIPES: tuple[FP8Recipe, ...] = ("mxfp8", "blockwise", "tensorwise", "delayed")
+_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("mxfp8", "blockwise", "tensorwise", "delayed")
 
 
 def row_defaults(framework: str) -> dict[str, Any]:
@@ -160,7 +161,7 @@ def _zero(row: pd.Series) -> int | None:
     raise RowError(f"zero: {s!r} is not a ZeRO stage (none, 1, 2, 3, fsdp)")
 
 
-def _fp8_recipe(row: pd.Series) -> FP8Recipe | None:
+def _fp8_recipe(row: pd.Series) -> Fp8Recipe | None:
     """The FP8 scaling recipe named in the precision cell (mxfp8, blockwise, tensorwise, delayed), if any."""
     low = (_text(row, "precision") or "").lower()
     return next((r for r in _FP8_RECIPES if r in low), None)
@@ -330,7 +331,7 @@ def default_vpp(framework: Framework, layers: int, pp: int) -> int | None:
     """
     if framework.virtual_stages_default != "slot-per-chunk" or pp < 2:
         return None
-    slots = layers + (2 if framework.pipeline_layer_split == "account-for-embedding-and-loss" else 0)
+    slots = split_slots(layers, framework.pipeline_layer_split)
     return slots // pp if slots % pp == 0 and slots // pp > 1 else None
 
 
