@@ -61,6 +61,7 @@ def one(tmp_path, **cells: object):
     ("MosaicML llm-foundry benchmarks", "", "fsdp"),
     ("Hugging Face transformers Trainer", "", "hf-transformers"),
     ("Megatron-LM paper 2021", "", "megatron-lm-2021"),
+    ("Megatron-LM paper 2022", "", "megatron-lm-2021@3.0"),  # the asynchronous TP all-reduce of the 2022 code
     ("Megatron-LM README 2024", "", "megatron-core"),
     ("Megatron-Core scaling", "", "megatron-core"),
     ("a blog", "run with NeMo 24.12", "nemo"),  # notes when the source names nothing

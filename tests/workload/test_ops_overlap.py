@@ -68,3 +68,37 @@ def test_gemm_layout_is_typed_not_named():
                                                                               GemmLayout.WGRAD)
     assert kv.layout is GemmLayout.WGRAD and kv.role is Role.INPUT_GRAD
     assert elementwise("e", "bwd", 1.0).layout is None
+
+
+def _tp_job(framework: str, sp: bool) -> Job:
+    return Job(model=load_model("gpt3-7.5b"), system=load_system("dgx-a100"), num_gpus=8, framework=framework,
+               parallelism=Parallelism(tp=8, sequence_parallel=sp), training=Training(global_batch_size=8))
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_async_tp_grad_reduce_decides_whether_backward_tp_collectives_hide(sp):
+    """Megatron-LM 2021's copy_to_tensor_model_parallel_region all-reduces synchronously after the linear's
+    backward; the 2022 code (version 3.0) and Megatron-Core launch it under the weight-gradient GEMM."""
+    from trainsim.predictor import predict
+
+    old, new = _tp_job("megatron-lm-2021", sp), _tp_job("megatron-lm-2021@3.0", sp)
+    assert not old.framework.async_tp_grad_reduce and new.framework.async_tp_grad_reduce
+    bwd_old = layer_work(old.model, shard_of(old), False).comm_bwd
+    bwd_new = layer_work(new.model, shard_of(new), False).comm_bwd
+    column = [c for c in bwd_old if c.behind is not None and c.behind.is_weight_grad]
+    assert column and all(c.overlap is Overlap.NONE for c in column)  # blocks after the weight gradient
+    assert all(c.overlap is Overlap.COMPUTE for c in bwd_new if c.behind is not None and c.behind.is_weight_grad)
+    t_old = predict(old).breakdown_s.get("tp_comm", 0.0)
+    t_new = predict(new).breakdown_s.get("tp_comm", 0.0)
+    assert t_old > t_new > 0.0
+
+
+def test_no_async_flag_overrides_the_profile():
+    from trainsim.cli.megatron_args import parse_megatron_args
+
+    job = Job(model=load_model("gpt3-7.5b"), system=load_system("dgx-a100"), num_gpus=8,
+              framework={"name": "megatron-core", "async_tp_grad_reduce": False},
+              parallelism=Parallelism(tp=8), training=Training(global_batch_size=8))
+    assert not job.framework.async_tp_grad_reduce
+    parsed = parse_megatron_args(["--tensor-model-parallel-size", "8", "--no-async-tensor-model-parallel-allreduce"])
+    assert parsed.options["no_async_tensor_model_parallel_allreduce"] is True and not parsed.ignored

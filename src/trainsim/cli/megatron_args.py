@@ -135,7 +135,7 @@ IGNORED_FLAGS = frozenset({
     "--no-bias-dropout-fusion", "--no-rope-fusion", "--hysteresis", "--initial-loss-scale", "--min-loss-scale",
     "--finetune", "--use-checkpoint-args", "--override-opt_param-scheduler", "--manual-gc", "--manual-gc-interval",
     "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-pre-softmax", "--timing-log-level",
-    "--no-create-attention-mask-in-dataloader", "--no-async-tensor-model-parallel-allreduce",
+    "--no-create-attention-mask-in-dataloader",
     "--use-cpu-initialization", "--min-lr", "--profile", "--profile-step-start", "--profile-step-end",
     "--profile-ranks", "--async-save", "--no-save-optim", "--no-save-rng", "--exit-signal-handler",
     "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval", "--swiglu-fusion",

@@ -118,6 +118,15 @@ class Framework(Spec, frozen=True):
     overlap_param_gather: bool = Field(description="parameter all-gather overlapped with the forward pass "
                                                    "(distributed optimizer / ZeRO only)")
     tp_comm_overlap: bool = Field(description="TP communication overlapped with GEMMs (TE userbuffers; needs SP)")
+    async_tp_grad_reduce: Annotated[bool, Flag(
+        "--no-async-tensor-model-parallel-allreduce", const=False,
+        help="the input-gradient all-reduce of a column-parallel linear blocks instead of running under its "
+             "weight-gradient GEMM")] = Field(
+        description="backward of a column-parallel linear: the input-gradient all-reduce (reduce-scatter with "
+                    "sequence parallelism) runs asynchronously under the weight-gradient GEMM, and the input "
+                    "re-gather under the data-gradient GEMM (Megatron >= 2022, Megatron-Core); else the autograd "
+                    "collective blocks after the linear's backward (Megatron-LM 2021's "
+                    "copy_to_tensor_model_parallel_region, DTensor without async TP)")
     bucket_size_params: Annotated[int | None, Flag(
         "--reduce-bucket-size", megatron=False,
         help="gradient elements per reduce bucket (DeepSpeed reduce_bucket_size)")] = Field(

@@ -91,8 +91,16 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int) -> fl
 
 def fit_generation(rows: Sequence[Measurement], generation: str, start: Calibration | None = None,
                    names: Sequence[str] | None = None, sweeps: int = 4, iters: int = 14) -> FitResult:
-    """Fit the constants of ``generation`` on ``rows`` (all of that generation)."""
+    """Fit the constants of ``generation`` on ``rows`` (all of that generation).
+
+    Without an FP8 row the FP8 kernel scale cannot be identified: it follows the 16-bit one (the same GPU's
+    sustained clocks and launch overheads) instead of its prior."""
     names = tuple(names or FIT_PARAMETERS[generation])
+    if "measured_fp8_kernel_scale" in names and not any(r.job.training.precision == "fp8" for r in rows):
+        names = tuple(n for n in names if n != "measured_fp8_kernel_scale")
+        tied = True
+    else:
+        tied = False
     calib = start or Calibration(**{n: PRIORS[n][0] for n in names})
     for _ in range(sweeps):
         for name in names:
@@ -105,6 +113,8 @@ def fit_generation(rows: Sequence[Measurement], generation: str, start: Calibrat
             best = _golden(f, lo, hi, iters)
             if f(best) < f(getattr(current, name)):
                 calib = current.with_(**{name: best})
+    if tied:
+        calib = calib.with_(measured_fp8_kernel_scale=calib.measured_kernel_scale)
     return FitResult(generation, calib, _loss(rows, calib, names), len(rows))
 
 

@@ -4,7 +4,8 @@ Each row becomes a :class:`~trainsim.spec.job.Job` run by the framework profile 
 :data:`SOURCE_DEFAULTS`: the software stack is a fact of the source, not a fitted knob). Empty cells get the
 defaults of the row's source, chosen here once and documented in :data:`SOURCE_DEFAULTS` and docs/VALIDATION.md:
 
-- ``sc21``/``kort`` (Megatron-LM 2021-22 on DGX-A100, profile ``megatron-lm-2021``): core attention on the s²
+- ``sc21``/``kort`` (Megatron-LM 2021-22 on DGX-A100, profile ``megatron-lm-2021``; ``@3.0`` for the 2022 code of
+  ``kort``, whose input-gradient all-reduce runs under the weight-gradient GEMM): core attention on the s²
   scores with the fused scale-mask-softmax kernel (FlashAttention did not exist yet),
   GELU MLP with biases and dropout, learned positions, tied embeddings, fp16, no distributed optimizer, blocking
   pipeline send/recv (the interleaved schedule's P2P overlap came with Megatron-Core). SC'21 rows
@@ -55,7 +56,7 @@ from trainsim.spec.training import Training
 SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
     "sc21": {"framework": "megatron-lm-2021", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
              "overlap_p2p_comm": False},
-    "kort": {"framework": "megatron-lm-2021", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
+    "kort": {"framework": "megatron-lm-2021@3.0", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
              "overlap_p2p_comm": False},
     "mlm24": {"framework": "megatron-core", "precision": "bf16", "zero": 1, "sp": True, "recompute": "none",
               "micro_batch": 1, "overlap_grad_reduce": True, "overlap_param_gather": True, "tp_comm_overlap": True},

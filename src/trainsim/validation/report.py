@@ -570,7 +570,8 @@ def generic_rules_lines() -> list[str]:
         "",
         *rules,
         "",
-        "  `megatron-by-year`: the first year in the text, 2022 or earlier → `megatron-lm-2021`, else",
+        "  `megatron-by-year`: the first year in the text, 2021 or earlier → `megatron-lm-2021`, 2022 →",
+        "  `megatron-lm-2021@3.0` (asynchronous input-gradient all-reduce), else",
         f"  `megatron-core`. No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
         "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
         + ", ".join(f"`{name}`" for name in notes_flag_names()),

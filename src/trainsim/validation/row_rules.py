@@ -9,8 +9,8 @@ docs/VALIDATION.md, section "Settings chosen for cells the sources leave empty".
 ``presets/frameworks``) wins. Else :data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against
 the ``notes``: Megatron-DeepSpeed before DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper
 (``meta-llama3`` when that profile is shipped, else ``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry /
-accelerate, Hugging Face transformers, Megatron-LM / Megatron-Core (by the first year in the text: 2022 or earlier is
-``megatron-lm-2021``, else ``megatron-core``). Entries whose profile is not shipped are skipped. No match: the
+accelerate, Hugging Face transformers, Megatron-LM / Megatron-Core (by the first year in the text: 2021 or earlier is
+``megatron-lm-2021``, 2022 ``megatron-lm-2021@3.0``, else ``megatron-core``). Entries whose profile is not shipped are skipped. No match: the
 default stack ``megatron-core``, reported as a fallback.
 
 **System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
@@ -71,7 +71,7 @@ _YEAR = re.compile(r"(?<!\d)(20[0-3]\d)(?!\d)")
 def _megatron_by_year(text: str) -> str:
     found = _YEAR.search(text)
     if found and int(found.group(1)) <= MEGATRON_2021_LAST_YEAR:
-        return "megatron-lm-2021"
+        return "megatron-lm-2021" if int(found.group(1)) <= 2021 else "megatron-lm-2021@3.0"
     return "megatron-core"
 
 
@@ -90,9 +90,10 @@ def _match(text: str, shipped: list[str], degrees: tuple[int, int, int]) -> tupl
         if found is None:
             continue
         name = _megatron_by_year(text) if rule.framework == "megatron-by-year" else rule.framework
-        if name in shipped and rule.extended in shipped and lacks_parallelism(name, *degrees):
+        preset = name.partition("@")[0]
+        if preset in shipped and rule.extended in shipped and lacks_parallelism(name, *degrees):
             return rule.extended or name, f"{found.group(0)!r} with tp/pp/cp {degrees} that {name} does not offer"
-        if name in shipped:
+        if preset in shipped:
             return name, repr(found.group(0))
         if rule.otherwise is not None:
             return rule.otherwise, f"{found.group(0)!r} ({name} not shipped)"

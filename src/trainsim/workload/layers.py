@@ -64,6 +64,7 @@ class Shard:
     tp_rows: int = 1
     summa_blocks: int = 1
     cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel) or allgather (exposed)
+    async_tp: bool = True  # backward TP collectives of column-parallel linears under the wgrad/dgrad GEMMs
 
     @property
     def tp_cols(self) -> int:
@@ -163,6 +164,7 @@ def shard_of(job: Job) -> Shard:
         tp_rows=par.grid[0],
         summa_blocks=par.summa_blocks if par.summa else 1,
         cp_comm=job.framework.cp_comm_type or "p2p",
+        async_tp=job.framework.async_tp_grad_reduce,
     )
 
 
@@ -214,8 +216,10 @@ def _tp_comm(shard: Shard, h: int, name: str, entering: bool, linear: Linear,
 def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, linear: Linear) -> tuple[CommOp, ...]:
     """Backward mirror of :func:`_tp_comm`.
 
-    Megatron always overlaps the input-gradient reduction of a column-parallel linear with its weight-gradient GEMM,
-    and (with sequence parallelism) the re-gather of its input with the data-gradient GEMM.
+    Megatron (2022 on) and Megatron-Core overlap the input-gradient reduction of a column-parallel linear with its
+    weight-gradient GEMM, and (with sequence parallelism) the re-gather of its input with the data-gradient GEMM
+    (``shard.async_tp``); without that (Megatron-LM 2021's ``copy_to_tensor_model_parallel_region``, DTensor
+    without async TP) the collectives block the backward there.
     """
     if shard.tp == 1:
         return ()
@@ -223,9 +227,10 @@ def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, linear: Linear
     _f, dgrad, wgrad = linear
     if entering:
         kind: Collective = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
-        ops = [CommOp(f"{name}_grad", kind, Group.TP, "bwd", size, Overlap.COMPUTE, wgrad)]
+        mode = Overlap.COMPUTE if shard.async_tp else Overlap.NONE
+        ops = [CommOp(f"{name}_grad", kind, Group.TP, "bwd", size, mode, wgrad)]
         if shard.sequence_parallel:
-            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", size, Overlap.COMPUTE, dgrad))
+            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", size, mode, dgrad))
         return tuple(ops)
     if shard.sequence_parallel:
         return (CommOp(f"{name}_grad", "all_gather", Group.TP, "bwd", size, Overlap.TP_COMM_OVERLAP, dgrad),)
