@@ -128,3 +128,19 @@ def test_cli_bad_framework_values_are_one_line_errors(capsys):
     check_one_line_error(code, err, "framework.attention_backend")
     code, _, err = run([*ARGS, "--framework", "deepspeed", "--zero-stage", "3", "--pp", "2"], capsys)
     check_one_line_error(code, err, "training.zero_stage", "pipeline")
+
+
+def test_docs_model_lists_every_profile_field_and_its_values():
+    """docs/model.md's field table and shipped-profile table follow the Framework class and the presets."""
+    from pathlib import Path
+
+    from trainsim.spec.framework import META_FIELDS, Framework, list_frameworks
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "model.md").read_text()
+    for name in set(Framework.model_fields) - META_FIELDS:
+        assert f"| `{name}` | " in text, f"docs/model.md does not describe profile field {name}"
+    header = next(line for line in text.splitlines() if line.startswith("| field | `deepspeed`"))
+    assert [c.strip().strip("`") for c in header.split("|")[2:-1]] == list_frameworks()
+    row = next(line for line in text.splitlines() if line.startswith("| `async_tp_grad_reduce` | no"))
+    shown = [c.strip() == "yes" for c in row.split("|")[2:-1]]
+    assert shown == [load_framework(n).async_tp_grad_reduce for n in list_frameworks()]
