@@ -8,6 +8,7 @@ Run from the repository root (``PYTHONPATH=src`` in a development checkout):
     python scripts/doc_tables.py profiling-h100   # docs/profiling.md, the H100 tables (needs ../shared/data/gpu-h100)
     python scripts/doc_tables.py readme-validation  # README.md, the accuracy table (as `trainsim validate`)
     python scripts/doc_tables.py meta-llama3      # docs/model.md, Llama 3 405B as Meta ran it (vpp 1/2/4/8)
+    python scripts/doc_tables.py model-profiles   # docs/model.md, the framework-profile tables
     python scripts/doc_tables.py all
 
 Each section prints markdown tables followed by the numbers the surrounding prose quotes. Nothing here is fitted or
@@ -249,8 +250,18 @@ def meta_llama3() -> None:
                   f"{p.memory.peak_bytes / 1e9:.1f} GB ({required:.1f}) {fit} | {published:.0%} |".replace("%", " %"))
 
 
+def model_profiles() -> None:
+    """docs/model.md, the framework-profile field table and the shipped-profile table."""
+    from trainsim.spec.framework_docs import fields_table, profiles_table
+
+    print(fields_table())
+    print()
+    print(profiles_table())
+
+
 SECTIONS = {"readme-validation": readme_validation, "search-mtnlg": search_mtnlg, "search-nvlink": search_nvlink,
-            "search-plan": search_plan, "profiling-h100": profiling_h100, "meta-llama3": meta_llama3}
+            "search-plan": search_plan, "profiling-h100": profiling_h100, "meta-llama3": meta_llama3,
+            "model-profiles": model_profiles}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -156,8 +156,10 @@ def test_open_domains_are_valid_values_given_the_outer_choices():
         assert c.schedule in searched_schedules(c.vpp) if c.pp > 1 else c.schedule == "1f1b"
         assert c.schedule != "gpipe"  # dominated by 1F1B: only when listed
         assert c.sequence_parallel == (c.tp > 1)
-    assert {c.schedule for c in en.candidates if c.vpp == 2} == {"interleaved", "zb-v", "dualpipev"}
+    # the open schedule domain is what the stack ships: Megatron-Core runs 1F1B and interleaved 1F1B only
+    assert {c.schedule for c in en.candidates if c.vpp == 2} == {"interleaved"}
     assert {c.schedule for c in en.candidates if c.vpp > 2} == {"interleaved"}
+    assert {c.schedule for c in en.candidates if c.vpp == 1 and c.pp > 1} == {"1f1b"}
     assert {c.tp for c in en.candidates} == {1, 2, 4, 8, 16, 32}  # divisors of 96 heads and of 64 GPUs
     assert {c.cp for c in en.candidates} == {1, 2}  # ≥ 1024 tokens per context-parallel rank at seq 2048
     assert {c.zero_stage for c in en.candidates if c.pp > 1} == {0, 1, 3}  # ZeRO-3 FSDP-style; never ZeRO-2
@@ -178,7 +180,7 @@ def canonical(spec: CandidateSpec, gpn: int, seq: int):
 def test_open_search_covers_every_valid_combination_of_a_brute_force():
     """Every combination that validates as a Job, from generous value ranges, is in the open enumeration unless a
     documented rule merges or leaves it out (GPipe, cp below 1024 tokens per rank, ZeRO without replicas,
-    selective recompute with FlashAttention)."""
+    selective recompute with FlashAttention, schedules the stack does not ship)."""
     model = load_model("llama2-7b").replace(num_layers=8, seq_length=4096)
     system = load_system("dgx-h100").replace(node=load_system("dgx-h100").node.replace(gpus_per_node=4))
     training = Training(global_batch_size=16, seq_length=4096, attention="unfused")
@@ -216,6 +218,8 @@ def test_open_search_covers_every_valid_combination_of_a_brute_force():
                     continue
                 if sched == "gpipe" or 4096 // cp < 1024 or (dp * cp == 1 and zero > 0):
                     continue
+                if pp > 1 and job.schedule not in job.framework.pipeline_schedules:
+                    continue  # a schedule the stack does not ship: searched only when listed
                 base = canonical(CandidateSpec(n, tp, pp, vpp, cp, 1, job.dp, mbs, job.schedule, rec, zero, sp,
                                                DEFAULT_RANK_ORDER), 4, 4096)[:-1]
                 expected.update((*base, places) for places in placements(tp, cp, dp, pp))
@@ -306,3 +310,20 @@ def test_open_pipeline_domains_follow_the_profile_split_rule():
     megatron, meta = plans("megatron-core"), plans("meta-llama3")
     assert (16, 8) in meta and (16, 2) in meta and all(126 % (pp * vpp) == 0 for pp, vpp in megatron)
     assert not any(pp == 16 for pp, _ in megatron) and megatron <= meta
+
+
+def test_open_schedule_domain_follows_the_stack():
+    """torch.distributed.pipelining ships ZB-V and DualPipeV (torchtitan); DeepSpeed's engine 1F1B without chunks."""
+    def schedules(framework: object) -> dict[int, set[str]]:
+        space = SearchSpace(model="gpt3-175b", system="dgx-a100", num_gpus=64, tp=8, pp=8, cp=1,
+                            training=Training(global_batch_size=64), recompute="full", framework=framework,
+                            micro_batch_size=1, zero_stage=0, rank_order=DEFAULT_RANK_ORDER)
+        out: dict[int, set[str]] = {}
+        for c in enumerate_space(space).candidates:
+            out.setdefault(c.vpp, set()).add(c.schedule)
+        return out
+
+    # torchtitan's own split weighs embedding and loss as layers, which the V schedules cannot balance on this model
+    titan = schedules({"name": "torchtitan", "pipeline_layer_split": "even"})
+    assert titan[2] == {"interleaved", "zb-v", "dualpipev"} and titan[1] == {"1f1b"}
+    assert schedules("megatron-deepspeed") == {1: {"1f1b"}}

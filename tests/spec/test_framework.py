@@ -130,17 +130,37 @@ def test_cli_bad_framework_values_are_one_line_errors(capsys):
     check_one_line_error(code, err, "training.zero_stage", "pipeline")
 
 
-def test_docs_model_lists_every_profile_field_and_its_values():
-    """docs/model.md's field table and shipped-profile table follow the Framework class and the presets."""
+def test_docs_model_tables_are_the_profiles():
+    """docs/model.md's field table and shipped-profile table are exactly what the Framework class and the presets
+    render (``python scripts/doc_tables.py model-profiles`` prints them)."""
     from pathlib import Path
 
-    from trainsim.spec.framework import META_FIELDS, Framework, list_frameworks
+    from trainsim.spec.framework_docs import fields_table, profiles_table
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "model.md").read_text()
-    for name in set(Framework.model_fields) - META_FIELDS:
-        assert f"| `{name}` | " in text, f"docs/model.md does not describe profile field {name}"
-    header = next(line for line in text.splitlines() if line.startswith("| field | `deepspeed`"))
-    assert [c.strip().strip("`") for c in header.split("|")[2:-1]] == list_frameworks()
-    row = next(line for line in text.splitlines() if line.startswith("| `async_tp_grad_reduce` | no"))
-    shown = [c.strip() == "yes" for c in row.split("|")[2:-1]]
-    assert shown == [load_framework(n).async_tp_grad_reduce for n in list_frameworks()]
+    rerun = "rerun scripts/doc_tables.py model-profiles"
+    assert fields_table() in text, f"docs/model.md's field table is stale: {rerun}"
+    assert profiles_table() in text, f"docs/model.md's profile table is stale: {rerun}"
+
+
+def test_a_schedule_the_stack_does_not_ship_is_a_warned_what_if():
+    import warnings
+
+    from trainsim.errors import TrainsimWarning
+    from trainsim.spec import load_model, load_system
+    from trainsim.spec.job import Job
+    from trainsim.spec.parallelism import Parallelism
+    from trainsim.spec.training import Training
+
+    def job(framework: str, schedule: str) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            Job(model=load_model("gpt3-1.7b"), system=load_system("dgx-a100"), num_gpus=8, framework=framework,
+                parallelism=Parallelism(pp=4, schedule=schedule), training=Training(global_batch_size=16))
+        return [str(w.message) for w in caught if issubclass(w.category, TrainsimWarning)]
+
+    assert any("ships no zb-h1 schedule" in m for m in job("megatron-core", "zb-h1"))
+    assert not any("schedule" in m for m in job("megatron-core", "1f1b"))
+    assert not any("schedule" in m for m in job("torchtitan", "gpipe"))
+    with pytest.raises(TrainsimError, match="unknown schedule 'zb-h2'"):
+        load_framework("megatron-core").replace(pipeline_schedules=["zb-h2"])

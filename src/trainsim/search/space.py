@@ -541,7 +541,10 @@ class _Enumerator:
             return (1,)
         per_rank = {*(divisors(self.layers // pp) if self.layers % pp == 0 else ()),
                     *(divisors(self.slots // pp) if self.slots % pp == 0 else ())}
-        return tuple(sorted(per_rank)) or (1,)
+        shipped = self.space.framework.pipeline_schedules
+        # only chunk counts one of the stack's schedules runs (none but 1 for DeepSpeed's engine)
+        return tuple(v for v in sorted(per_rank) if v == 1 or any(get_schedule(s).accepts_chunks(v)
+                                                                   for s in shipped)) or (1,)
 
     def schedule_values(self, pp: int, vpp: int) -> tuple[str, ...]:
         listed = self.given("schedule", default_schedule(vpp))
@@ -553,7 +556,9 @@ class _Enumerator:
             return listed
         if pp == 1:
             return (default_schedule(1),)
-        return searched_schedules(vpp)
+        shipped = self.space.framework.pipeline_schedules
+        # the open domain is what the stack ships (an explicit --schedule list is honoured as a what-if)
+        return tuple(s for s in searched_schedules(vpp) if s in shipped) or (default_schedule(vpp),)
 
     def mbs_values(self, dp: int) -> tuple[int, ...]:
         listed = self.given("micro_batch_size", self.tr.micro_batch_size)

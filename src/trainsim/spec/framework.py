@@ -44,6 +44,7 @@ DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "
 PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
 LayerSplit = Literal["even", "type:transformer", "parameters", "account-for-embedding-and-loss"]
 AttentionPath = Literal["flash", "unfused", "eager"]
+SelectiveRecompute = Literal["core_attention", "op"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
@@ -205,7 +206,9 @@ class Framework(Spec, frozen=True):
     # ---- pipeline ------------------------------------------------------------------------------------------------
     pipeline_engine: PipelineEngine = Field(description="pipeline engine (none: no pipelining offered)")
     pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")
-    interleaved_schedule: bool = Field(description="virtual pipeline stages (interleaved 1F1B) offered")
+    pipeline_schedules: list[str] = Field(
+        description="pipeline schedules the stack's engine ships (names of trainsim.schedule.SCHEDULES): the open "
+                    "search domain; another schedule given explicitly is predicted with a warning, as a what-if")
     virtual_stages_default: Literal["slot-per-chunk"] | None = Field(
         default=None, description="virtual stages a run of this stack uses when a record does not state them "
                                   "(validation rows with an empty vpp cell): slot-per-chunk: one layer slot per "
@@ -216,7 +219,17 @@ class Framework(Spec, frozen=True):
         "--enable-cuda-graph", param="enable_cuda_graph",
         help="CUDA graphs (host dispatch per kernel no longer on the critical path)")] = Field(
         description="CUDA graphs replay the step (no per-kernel launch from Python)")
-    torch_compile: bool = Field(description="torch.compile fuses elementwise chains")
+    torch_compile: Annotated[bool, Flag(
+        "--compile", megatron=False,
+        help="torch.compile the model (torchtitan --compile.enable): fuses norms, activations, RoPE and "
+             "the loss")] = Field(
+        description="torch.compile fuses the elementwise chains: norms, activations, bias-dropout-add, RoPE and the "
+                    "cross-entropy count as fused whatever the individual fields say")
+    selective_recompute: SelectiveRecompute = Field(
+        description="what --recompute-granularity selective recomputes: core_attention (Megatron, Korthikanti et "
+                    "al.: QKᵀ, softmax, dropout and AV, nothing with FlashAttention) or op (torchtitan's op-level "
+                    "selective checkpointing: the outputs of every other matmul and of attention are saved, every "
+                    "other op is recomputed in backward)")
     host_dispatch_s: float = Field(ge=0, description="CPU time to dispatch one kernel (s); a kernel shorter than "
                                                      "this leaves the GPU waiting")
     # ---- memory conventions --------------------------------------------------------------------------------------
@@ -237,12 +250,25 @@ class Framework(Spec, frozen=True):
         if unknown:
             raise TrainsimError(f"framework.sources.{unknown[0]}", "source for an unknown field",
                                 "remove it or check the field name")
+        from trainsim.schedule import SCHEDULE_NAMES
+
+        unknown_schedules = [s for s in self.pipeline_schedules if s not in SCHEDULE_NAMES]
+        if unknown_schedules:
+            raise TrainsimError("framework.pipeline_schedules", f"unknown schedule {unknown_schedules[0]!r}",
+                                f"use names of trainsim.schedule.SCHEDULES: {', '.join(SCHEDULE_NAMES)}")
         if self.max_zero_stage_with_pp > self.max_zero_stage:
             raise TrainsimError("framework.max_zero_stage_with_pp", "exceeds max_zero_stage",
                                 "make it at most max_zero_stage")
         return self
 
     # ---- derived -------------------------------------------------------------------------------------------------
+    @property
+    def interleaved_schedule(self) -> bool:
+        """Virtual pipeline stages offered: one of :attr:`pipeline_schedules` runs several model chunks per rank."""
+        from trainsim.schedule import SCHEDULES
+
+        return any(SCHEDULES[s].interleaves for s in self.pipeline_schedules if s in SCHEDULES)
+
     @property
     def label(self) -> str:
         """``name@version``."""

@@ -398,6 +398,9 @@ def check_framework(job: Job) -> None:
     if par.vpp > 1 and not fw.interleaved_schedule:
         raise TrainsimError("parallelism.vpp", f"{name}'s pipeline engine has no virtual stages",
                             "use vpp 1 or another --framework")
+    if par.pp > 1 and fw.pipeline_schedules and job.schedule not in fw.pipeline_schedules:
+        warn("parallelism.schedule", f"{name} ships no {job.schedule} schedule (it ships "
+             f"{', '.join(fw.pipeline_schedules)}): predicted as if it did")
     for axis, size, ok in ((Axis.TP, par.tp, fw.supports_tp), (Axis.CP, par.cp, fw.supports_cp),
                            (Axis.EP, par.ep, fw.supports_ep)):
         if size > 1 and not ok:

@@ -67,9 +67,10 @@ DEFAULT_FUSION = Fusion()
 def fusion_of(job: Job) -> Fusion:
     """The :class:`Fusion` of a job's resolved framework."""
     fw = job.framework
-    return Fusion(norm=fw.fused_norm, bias_activation=fw.fused_bias_activation,
-                  bias_dropout_add=fw.fused_bias_dropout_add, rope=fw.fused_rope,
-                  cross_entropy=fw.fused_cross_entropy, dropout=fw.dropout,
+    compiled = fw.torch_compile  # torch.compile fuses the elementwise chains (Inductor's Triton kernels)
+    return Fusion(norm=fw.fused_norm or compiled, bias_activation=fw.fused_bias_activation or compiled,
+                  bias_dropout_add=fw.fused_bias_dropout_add or compiled, rope=fw.fused_rope or compiled,
+                  cross_entropy=fw.fused_cross_entropy or compiled, dropout=fw.dropout,
                   grad_accumulation=fw.gradient_accumulation_fusion,
                   grads_fp32=bool(job.training.grads_in_fp32))
 

@@ -65,6 +65,7 @@ class Shard:
     summa_blocks: int = 1
     cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel) or allgather (exposed)
     async_tp: bool = True  # backward TP collectives of column-parallel linears under the wgrad/dgrad GEMMs
+    selective: str = "core_attention"  # what "selective" recomputes: core_attention (Megatron) or op (torchtitan SAC)
 
     @property
     def tp_cols(self) -> int:
@@ -165,6 +166,7 @@ def shard_of(job: Job) -> Shard:
         summa_blocks=par.summa_blocks if par.summa else 1,
         cp_comm=job.framework.cp_comm_type or "p2p",
         async_tp=job.framework.async_tp_grad_reduce,
+        selective=job.framework.selective_recompute,
     )
 
 
@@ -583,12 +585,43 @@ def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
     comm_fwd = a.comm_fwd + m.comm_fwd
     if shard.recompute == "full":
         recompute, comm_re = fwd, comm_fwd
+    elif shard.recompute == "selective" and shard.selective == "op" and not (moe or model.multi_latent_attention):
+        recompute, comm_re = op_sac_recompute(model, shard, fwd), tuple(c for c in comm_fwd
+                                                                        if c.collective == "all_gather")
     else:
         recompute, comm_re = a.recompute + m.recompute, ()
     mlp = model.moe_mlp_params / shard.ep if moe else model.dense_mlp_params
     acc = _grad_accumulation(shard, "layer_grad_accumulation", (model.attention_params + mlp) / shard.tp)
     return Work(fwd, m.bwd + a.bwd + acc, recompute, comm_fwd, m.comm_bwd + a.comm_bwd, comm_re,
                 tags=("moe",) if moe else ())
+
+
+def sac_matmuls(model: Model, shard: Shard) -> list[tuple[str, float, bool]]:
+    """The forward matmuls of a dense layer in execution order as torchtitan runs them (separate q, k, v; w1, w3,
+    w2 for SwiGLU), each as (name, output columns on this GPU, saved): torchtitan's op-level selective activation
+    checkpointing saves the output of every other matmul (the 1st, 3rd, ...; ``_custom_policy`` counts ``aten.mm``
+    per layer) and recomputes the others (torchtitan ``activation_checkpoint.py``, ``selective_ac_option='op'``)."""
+    tp, d = shard.tp, model.head_dim
+    heads, groups = model.num_attention_heads // tp, model.query_groups // tp
+    ffn = model.ffn_size / tp
+    mms = [("q", heads * d), ("k", groups * d), ("v", groups * model.v_dim), ("o", model.hidden_size)]
+    mms += [("w1", ffn), ("w3", ffn), ("w2", model.hidden_size)] if model.swiglu else [
+        ("fc1", ffn), ("fc2", model.hidden_size)]
+    return [(name, cols, i % 2 == 0) for i, (name, cols) in enumerate(mms)]
+
+
+def op_sac_recompute(model: Model, shard: Shard, fwd: tuple[ComputeOp, ...]) -> tuple[ComputeOp, ...]:
+    """What the backward of a layer re-runs under op-level selective checkpointing (:func:`sac_matmuls`): every
+    elementwise op of the forward (norms, RoPE, activation, residual adds, casts) and the matmuls whose outputs
+    were not saved; attention's output is saved (``_save_list`` holds the SDPA kernels)."""
+    t, h, dt = shard.tokens, model.hidden_size, shard.gemm_dtype
+    inner = model.num_attention_heads // shard.tp * model.v_dim
+    ops = [op for op in fwd if op.kind == "elementwise"]
+    for name, cols, saved in sac_matmuls(model, shard):
+        if not saved:
+            k = inner if name == "o" else (model.ffn_size / shard.tp if name == "fc2" else h)
+            ops.append(gemm(f"sac_{name}", "fwd", t, int(cols), int(k), dt))
+    return tuple(ops)
 
 
 def _grad_accumulation(shard: Shard, name: str, params: float) -> tuple[ComputeOp, ...]:

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from trainsim.spec.training import element_bytes, grad_element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost
-from trainsim.workload.layers import Shard, expert_rows, shard_of
+from trainsim.workload.layers import Shard, expert_rows, sac_matmuls, shard_of
 from trainsim.workload.memo import per_job
 from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
@@ -168,6 +168,8 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
     sbh = s * b * h
     if recompute == "full":
         return e * sbh / rep
+    if recompute == "selective" and shard.selective == "op" and not (moe or model.multi_latent_attention):
+        return op_sac_saved_bytes(model, shard)
     heads, groups = model.num_attention_heads / tp, model.query_groups / tp
     hd = 1.0 if model.hidden_dropout > 0 and fusion.dropout else 0.0
     ad = model.attention_dropout > 0 and fusion.dropout
@@ -218,6 +220,27 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
         if model.swiglu and not fusion.bias_activation:  # eager silu(gate) * up keeps the SiLU output too
             total += e * sb * model.ffn_size / tp
     total += hd * sbh / rep
+    return total
+
+
+def op_sac_saved_bytes(model: Model, shard: Shard) -> float:
+    """What a dense layer keeps under op-level selective checkpointing (torchtitan ``selective_ac_option='op'``):
+    the checkpointed layer input, the outputs of the saved matmuls (:func:`~trainsim.workload.layers.sac_matmuls`),
+    the attention output with its log-sum-exp, and the reduce-scatter outputs of sequence-parallel TP (in
+    ``_save_list``); everything else is recomputed in backward."""
+    tp, e = shard.tp, shard.act_bytes
+    s = shard.seq // shard.cp
+    sb = s * shard.micro_batch
+    sp = shard.sequence_parallel and tp > 1
+    rep = tp if sp else 1
+    h = model.hidden_size
+    heads = model.num_attention_heads / tp
+    total = e * sb * h / rep  # the checkpointed layer input
+    total += sum(e * sb * cols for _name, cols, saved in sac_matmuls(model, shard) if saved)
+    if shard.attention == "flash":
+        total += e * sb * heads * model.v_dim + 4.0 * shard.micro_batch * heads * s  # output and log-sum-exp
+    if sp:
+        total += 2 * e * sb * h / tp  # the two reduce-scatter outputs
     return total
 
 
@@ -338,6 +361,8 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
         per_mb += count * acts[(is_moe, mode)]
         if mode == "full":  # the layer being recomputed holds its whole working set during its backward
             full_layer = max(full_layer, acts[(is_moe, "none")])
+        elif mode == "selective" and shard.selective == "op":  # and what op-level checkpointing recomputes
+            full_layer = max(full_layer, acts[(is_moe, "none")] - acts[(is_moe, mode)])
     tokens = b * seq / cp
     if stage == 0:
         per_mb += embedding_dropout_bytes(model, shard)
