@@ -164,3 +164,22 @@ def test_a_schedule_the_stack_does_not_ship_is_a_warned_what_if():
     assert not any("schedule" in m for m in job("torchtitan", "gpipe"))
     with pytest.raises(TrainsimError, match="unknown schedule 'zb-h2'"):
         load_framework("megatron-core").replace(pipeline_schedules=["zb-h2"])
+
+
+def test_torchtitan_tp_always_shards_the_sequence():
+    """torchtitan's TP plan (SequenceParallel norms) has no switch: sequence parallelism is on whenever tp > 1, in
+    predict and in search; Megatron keeps --sequence-parallel as the user's choice."""
+    from trainsim.search.space import SearchSpace, enumerate_space
+    from trainsim.spec import load_model, load_system
+    from trainsim.spec.job import Job
+    from trainsim.spec.parallelism import Parallelism
+    from trainsim.spec.training import Training
+
+    def job(framework: str) -> Job:
+        return Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), num_gpus=8, framework=framework,
+                   parallelism=Parallelism(tp=4), training=Training(global_batch_size=8))
+
+    assert job("torchtitan").sequence_parallel and not job("megatron-core").sequence_parallel
+    space = SearchSpace(model="llama3-8b", system="dgx-h100", num_gpus=8, framework="torchtitan", pp=1,
+                        training=Training(global_batch_size=8))
+    assert {c.sequence_parallel for c in enumerate_space(space).candidates if c.tp > 1} == {True}

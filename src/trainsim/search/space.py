@@ -594,6 +594,8 @@ class _Enumerator:
         listed = self.given("sequence_parallel", False)
         if tp == 1:
             return (False,)  # no effect without tensor parallelism
+        if self.space.framework.tp_shards_sequence:
+            return (True,)  # the stack's TP plan always shards the sequence (torchtitan)
         if listed is not None:
             return listed
         if self.tr.tp_comm_overlap:

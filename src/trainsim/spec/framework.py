@@ -197,6 +197,9 @@ class Framework(Spec, frozen=True):
     max_zero_stage_with_pp: int = Field(ge=0, le=3, description="highest stage accepted together with pipelining")
     # ---- parallelism the stack offers ----------------------------------------------------------------------------
     supports_tp: bool = Field(description="tensor parallelism")
+    tp_shards_sequence: bool = Field(
+        description="the stack's tensor parallelism always shards norms and residuals over the sequence (sequence "
+                    "parallelism on whenever tp > 1); else --sequence-parallel is the user's choice")
     supports_cp: bool = Field(description="context parallelism")
     supports_ep: bool = Field(description="expert parallelism")
     cp_comm_type: CPCommType | None = Field(

@@ -190,6 +190,9 @@ def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
         if training.attention != "flash":
             over["masked_softmax_fusion"] = training.attention == "unfused"
     zero = training.zero_stage if training.zero_stage is not None else fw.default_zero_stage
+    if fw.tp_shards_sequence and par.tp > 1 and not par.sequence_parallel:
+        par = par.replace(sequence_parallel=True)  # the stack's TP plan always shards the sequence
+        data = {**data, "parallelism": par}
     sp = par.sequence_parallel and par.tp > 1
     ogr = training.overlap_grad_reduce if training.overlap_grad_reduce is not None else fw.overlap_grad_reduce
     opg = training.overlap_param_gather
