@@ -39,3 +39,19 @@ def test_context_parallel_adds_a_kv_ring():
     ring = [c for c in w.comm_fwd if c.group == "cp"]
     assert len(ring) == 1 and ring[0].collective == "send_recv"
     assert ring[0].nbytes == 3 * 2 * (8192 // 4) * 8 * 128 * 2  # (cp-1) blocks of K and V
+
+
+def test_fp8_linears_quantize_their_output_gradients_in_backward():
+    """Transformer Engine casts every FP8 linear's grad_output (with its transpose) before the dgrad/wgrad GEMMs: one
+    backward cast per linear, sized by the linear's output, priced with the recipe's bytes per element."""
+    from trainsim.workload.fp8 import recipe_cost
+
+    m = load_model("llama3-8b")
+    fp8 = Shard(micro_batch=1, seq=4096, precision="fp8")
+    bf16 = Shard(micro_batch=1, seq=4096, precision="bf16")
+    casts = [op for op in layer_work(m, fp8, False).bwd if op.name == "fp8_grad_cast"]
+    assert len(casts) == 4  # qkv, attention projection, fc1 (gate and up), fc2
+    h, d = m.hidden_size, m.head_dim
+    out = (m.num_attention_heads + 2 * m.query_groups) * d + h + 2 * m.ffn_size + h
+    assert sum(op.bytes for op in casts) == 4096 * out * recipe_cost("delayed").cast_bytes
+    assert not [op for op in layer_work(m, bf16, False).bwd if op.name == "fp8_grad_cast"]

@@ -57,7 +57,8 @@ BYTES_PER_ELEMENT: dict[tuple[str, str], Callable[[float], float]] = {
     ("permute", "fwd"): lambda e: 2 * e, ("permute", "bwd"): lambda e: 2 * e,
     ("unpermute", "fwd"): lambda e: 3 * e, ("unpermute", "bwd"): lambda e: 3 * e,
     ("router_topk", "fwd"): lambda e: 24.0, ("router_topk", "bwd"): lambda e: 16.0,
-    **{(f"fp8_cast_{name}", "fwd"): (lambda e, c=cost.cast_bytes: c) for name, cost in FP8_RECIPES.items()},
+    **{(f"fp8_cast_{name}", phase): (lambda e, c=cost.cast_bytes: c) for name, cost in FP8_RECIPES.items()
+       for phase in ("fwd", "bwd")},  # backward: the output-gradient cast (fp8_grad_cast), the same kernel
 }
 
 
@@ -352,10 +353,11 @@ def _elementwise(op: ComputeOp, ctx: OpContext) -> Built:
     base = op.name[: -len("_grad")] if op.phase == "bwd" and op.name.endswith("_grad") else op.name
     if base == "embedding":  # the backward of the lookup is named embedding_grad
         base = "embedding_lookup"
-    spec = _forward_spec(base, op, ctx)
-    if spec is None or (op.phase == "bwd" and not spec.diff):
+    quantize = base == "fp8_grad_cast"  # the output-gradient cast runs the forward quantize kernel in backward
+    spec = _forward_spec("fp8_cast" if quantize else base, op, ctx)
+    if spec is None or (op.phase == "bwd" and not spec.diff and not quantize):
         return _generic_copy(op, ctx)
-    if op.phase == "fwd":
+    if op.phase == "fwd" or quantize:
         f, inputs = spec.f, spec.inputs
         return Built(lambda: f(*inputs), spec.kind, kind=spec.kind, elements=spec.elements)
     for i in spec.diff:

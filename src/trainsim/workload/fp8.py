@@ -1,7 +1,9 @@
 """FP8 training recipes (Transformer Engine / Megatron-Core ``--fp8-recipe``): what each costs besides the GEMMs.
 
 Every FP8 GEMM input is quantized from 16-bit activations (weights once per iteration, or per micro-batch when they
-are re-cast). The recipes differ in how the scale is found and how many quantized copies a tensor needs:
+are re-cast), and in backward every linear layer's output gradient (``grad_output``, with its transpose for the
+weight-gradient GEMM) before its data- and weight-gradient GEMMs. The recipes differ in how the scale is found and
+how many quantized copies a tensor needs:
 
 - ``delayed``: per-tensor scale from an amax history (no extra pass); one cast kernel reads the 16-bit tensor and
   writes the FP8 tensor and its transpose (Hopper's FP8 GEMMs need both layouts): 2 + 1 + 1 bytes per element.

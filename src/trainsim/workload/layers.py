@@ -182,6 +182,14 @@ def _casts(shard: Shard, elements: float) -> list[ComputeOp]:
     return [_ew(shard, "fp8_cast", "fwd", elements * recipe_cost(shard.fp8_recipe).cast_bytes)]
 
 
+def _grad_casts(shard: Shard, elements: float) -> list[ComputeOp]:
+    """FP8 quantization of a linear layer's output gradient before its data- and weight-gradient GEMMs (Transformer
+    Engine casts ``grad_output`` to FP8 with its transpose, E5M2 in the hybrid format), with the job's recipe."""
+    if shard.precision != "fp8":
+        return []
+    return [_ew(shard, "fp8_grad_cast", "bwd", elements * recipe_cost(shard.fp8_recipe).cast_bytes)]
+
+
 def _norm(name: str, shard: Shard, h: int, rms: bool = False) -> tuple[ComputeOp, ComputeOp]:
     """LayerNorm/RMSNorm over ``h`` (fused, or the stack's eager RMSNorm chain when ``rms``)."""
     n = shard.elementwise_tokens * h
@@ -257,7 +265,7 @@ def _mla_projections(model: Model, shard: Shard) -> tuple[list[ComputeOp], list[
         f, d, w = gemm_with_grads(name, t, n, k, dt)
         fwd.extend(_casts(shard, t * k))
         fwd.append(f)
-        bwd.extend((d, w))
+        bwd.extend((*_grad_casts(shard, t * n), d, w))
         if is_up:
             up.append(f)
         return f, d, w
@@ -350,7 +358,7 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
         fwd += _casts(shard, t * h)
         first = q_f, q_d, q_w = gemm_with_grads("qkv", t, (heads + 2 * groups) * d, h, dt)
         fwd.append(q_f)
-        bwd += [q_d, q_w]
+        bwd += [*_grad_casts(shard, t * (heads + 2 * groups) * d), q_d, q_w]
         if model.qk_layernorm:
             n = t * (heads + groups) * d
             fwd.append(_ew(shard, "qk_norm", "fwd", 2 * e * n, 5.0 * n))
@@ -372,7 +380,7 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
     fwd += _casts(shard, t * heads * vd)
     proj = p_f, p_d, p_w = gemm_with_grads("attn_proj", t, h, heads * vd, dt)
     fwd.append(p_f)
-    bwd += [p_d, p_w]
+    bwd += [*_grad_casts(shard, t * h), p_d, p_w]
     da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
@@ -420,7 +428,7 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     fwd += _casts(shard, batch * t * h)
     fc1 = f1, d1, w1 = gemm_with_grads(f"{name}_fc1", t, up, h, dt, batch)
     fwd.append(f1)
-    bwd += [d1, w1]
+    bwd += [*_grad_casts(shard, batch * t * up), d1, w1]
     n = batch * t * ffn
     af, ab = fz.activation_bytes(shard.fusion, e, swiglu, bias)
     if swiglu:
@@ -432,7 +440,7 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     fwd += _casts(shard, n)
     fc2 = f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
     fwd.append(f2)
-    bwd += [d2, w2]
+    bwd += [*_grad_casts(shard, batch * t * h), d2, w2]
     return fwd, bwd, fc1, fc2
 
 
@@ -699,7 +707,7 @@ def _mtp_module(model: Model, shard: Shard, depth: int) -> Work:
     pre_f.append(_ew(shard, "mtp_embedding_lookup", "fwd", 3 * e * t * h))
     p_f, p_d, p_w = gemm_with_grads("mtp_eh_proj", t, h // shard.tp, 2 * h, shard.gemm_dtype)
     pre_f += [*_casts(shard, t * 2 * h), p_f]
-    pre_b += [p_d, p_w]
+    pre_b += [*_grad_casts(shard, t * h // shard.tp), p_d, p_w]
     layer = layer_work(model, shard, model.is_moe)
     out = _head(model, shard, "mtp_")
     rename = f"mtp{depth}_" if depth else ""

@@ -53,7 +53,17 @@ from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
 from trainsim.workload import fusion as fz
-from trainsim.workload.layers import Shard, Work, _casts, _dropout_add, _ew, _grad_accumulation, _norm, core_attention
+from trainsim.workload.layers import (
+    Shard,
+    Work,
+    _casts,
+    _dropout_add,
+    _ew,
+    _grad_accumulation,
+    _grad_casts,
+    _norm,
+    core_attention,
+)
 from trainsim.workload.ops import CommOp, ComputeOp, Group, Overlap, Phase, Role, gemm
 
 if TYPE_CHECKING:
@@ -195,7 +205,7 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
         lin = summa_linear(name, shard, t, n, k, dt)
         fwd.extend(_casts(shard, t * k / shard.tp))
         fwd.extend(lin.fwd)
-        bwd.extend(lin.bwd)
+        bwd.extend((*_grad_casts(shard, t * n / shard.tp), *lin.bwd))
         comm_fwd.extend(lin.comm_fwd)
         comm_bwd.extend(lin.comm_bwd)
 
