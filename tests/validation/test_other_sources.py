@@ -162,6 +162,23 @@ def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
     assert stated.job.training.recompute_granularity == "none"
 
 
+def test_unstated_micro_batch_is_the_local_batch_for_sharded_and_hf_stacks(tmp_path):
+    """FSDP, DeepSpeed, Hugging Face and torchtitan runs process the local batch at once unless a record says
+    otherwise (no gradient accumulation by default); halved until it fits. Megatron stacks keep micro-batch 1."""
+    cells = {"model": "GPT 1.3B", "global_batch": 64, "num_gpus": 8, "recompute": "full"}  # local batch 8
+    fsdp = one(tmp_path, **cells, source="PyTorch FSDP blog")
+    assert fsdp.job.training.micro_batch_size == 8 and fsdp.job.num_microbatches == 1
+    megatron = one(tmp_path, **cells, source="Megatron-Core 2024")
+    assert megatron.job.training.micro_batch_size == 1
+    stated = one(tmp_path, **cells, source="PyTorch FSDP blog", micro_batch=2)
+    assert stated.job.training.micro_batch_size == 2
+    big = {"model": "Llama 2 7B", "L": 32, "h": 4096, "heads": 32, "seq": 4096, "global_batch": 512,
+           "num_gpus": 8, "gpu": "A100-SXM4-80GB", "recompute": "none", "source": "Hugging Face transformers"}
+    halved = one(tmp_path, **big)  # 64 sequences per GPU without recomputation cannot fit
+    assert 1 <= halved.job.training.micro_batch_size < 64 and 64 % halved.job.training.micro_batch_size == 0
+    assert any("would not fit" in a for a in halved.assumptions)
+
+
 # ---- GPUs ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("gpu", "system", "capacity_gb"), [
     ("H200", "hgx-h200", None), ("NVIDIA H200 141GB HBM3e", "hgx-h200", None), ("B200", "dgx-b200", None),

@@ -583,6 +583,8 @@ def generic_rules_lines() -> list[str]:
         "  (`default_zero_stage`: NeMo 1, FSDP and torchtitan 3, the others 0); tp/pp/vpp/cp/ep 1; dp from the",
         "  GPU count. An unstated recompute that would leave the run out of memory becomes the lightest one that",
         "  fits (selective where attention keeps the s² scores, then full): the run ran, so it recomputed.",
+        "  A `local batch` micro-batch (FSDP, DeepSpeed, Hugging Face, torchtitan: no gradient accumulation unless",
+        "  stated) is global_batch / dp in one micro-batch, halved until the run fits.",
         f"- **GPU → system**: {gpus};",
         "  an A100 named 40GB has 40 GiB at 1555 GB/s. Other GPUs and PCIe/NVL parts are not predicted (listed",
         "  with the reason). `gpus_per_node`, `nic_per_node` and `nic_gbps` override the preset; on an NVL72",

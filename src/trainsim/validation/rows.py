@@ -8,8 +8,13 @@ Megatron argument (:data:`~trainsim.validation.row_rules.NOTES_FLAGS`, e.g. ``--
 docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
 
 - ``precision``: bf16 (fp16 for ``megatron-lm-2021``, whose 2021 examples train with ``--fp16``);
-- ``micro_batch``: 1; ``tp``, ``pp``, ``vpp``, ``cp`` (and the optional ``ep`` column): 1; ``dp``: from
-  ``num_gpus / (tp·pp·cp)``;
+- ``micro_batch``: 1 for the Megatron stacks (their scripts set ``--micro-batch-size``, mostly 1); for ``fsdp``,
+  ``deepspeed``, ``hf-transformers`` and ``torchtitan`` the whole local batch ``global_batch / dp`` in one micro-batch
+  (no gradient accumulation unless stated: Hugging Face ``gradient_accumulation_steps`` and DeepSpeed
+  ``gradient_accumulation_steps`` default to 1, torchtitan accumulates only when ``global_batch_size`` exceeds
+  ``local_batch_size`` × dp), halved until the run fits in memory (llm-foundry's ``device_train_microbatch_size:
+  auto`` picks the largest that fits); ``tp``, ``pp``, ``vpp``, ``cp`` (and the optional ``ep`` column): 1; ``dp``:
+  from ``num_gpus / (tp·pp·cp)``;
 - ``sp``: off (Megatron's ``--sequence-parallel`` default), on with tp > 1 for ``nemo`` (NeMo / Megatron-Bridge
   recipes set ``sequence_parallel=True`` with TP) and ``torchtitan`` (its TP plan shards norms over the sequence);
 - ``recompute``: none (no framework recomputes by default), unless the job would then not fit in memory: the run
@@ -74,10 +79,15 @@ from trainsim.workload.fp8 import Fp8Recipe
 #: Defaults for empty cells, per framework on top of :data:`ROW_DEFAULTS` (module docstring gives the sources).
 ROW_DEFAULTS: dict[str, Any] = {"precision": "bf16", "sp": False, "recompute": "none", "micro_batch": 1,
                                 "overlap_p2p_comm": True}
+#: ``micro_batch`` default of the stacks that run the local batch without gradient accumulation unless told.
+LOCAL_BATCH = "local batch"
 FRAMEWORK_ROW_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-lm-2021": {"precision": "fp16", "overlap_p2p_comm": False},
     "nemo": {"sp": True},
-    "torchtitan": {"sp": True},
+    "torchtitan": {"sp": True, "micro_batch": LOCAL_BATCH},
+    "fsdp": {"micro_batch": LOCAL_BATCH},
+    "deepspeed": {"micro_batch": LOCAL_BATCH},
+    "hf-transformers": {"micro_batch": LOCAL_BATCH},
 }
 _TRUE = {"on", "true", "yes", "y", "1", "1.0"}
 _FALSE = {"off", "false", "no", "n", "0", "0.0", "none"}
@@ -353,11 +363,12 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
 
 # ---- the row ------------------------------------------------------------------------------------------------------
 def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
-              sp: bool) -> tuple[Training, list[str]]:
+              sp: bool, local_batch: int) -> tuple[Training, list[str]]:
     assumed: list[str] = []
     precision: Precision = _pick("precision", _precision(row), stated, d["precision"], assumed)
     recompute: Recompute = _pick("recompute", _recompute(row), stated, d["recompute"], assumed)
-    mbs = int(_pick("micro_batch", _int(row, "micro_batch"), stated, d["micro_batch"], assumed))
+    default_mbs = max(1, local_batch) if d["micro_batch"] == LOCAL_BATCH else d["micro_batch"]
+    mbs = int(_pick("micro_batch", _int(row, "micro_batch"), stated, default_mbs, assumed))
     zero = _pick("zero", _zero(row), stated, None, None)  # None: the profile's default stage
     ogr = stated.get("overlap_grad_reduce") or ("ddp impl=torch" in notes.lower()) or None
     opg = True if stated.get("overlap_param_gather") and (zero or 0) >= 1 else None
@@ -387,6 +398,30 @@ def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job
     return job, None
 
 
+def fitting_job(build: Callable[[Training], Job], training: Training, notes: list[str], free_recompute: bool,
+                free_mbs: bool) -> tuple[Job, list[str]]:
+    """The row's job with its unstated choices made so that it fits in memory (the run ran): the lightest
+    recomputation (:func:`recompute_that_fits`) and, for the stacks that run the local batch at once, the largest
+    micro-batch that divides it (halving from the local batch)."""
+    from trainsim.predictor import memory_report
+
+    def settle(tr: Training) -> tuple[Job, str | None]:
+        job = build(tr)
+        return recompute_that_fits(job, build) if free_recompute else (job, None)
+
+    job, why = settle(training)
+    mbs = training.micro_batch_size
+    while free_mbs and mbs > 1 and not memory_report(job).fits:
+        mbs = next(m for m in range(mbs // 2, 0, -1) if training.micro_batch_size % m == 0)
+        job, why = settle(training.replace(micro_batch_size=mbs))
+    if free_mbs and mbs != training.micro_batch_size:
+        notes = [f"micro_batch {mbs} (unstated; the local batch of {training.micro_batch_size} would not fit)"
+                 if n.startswith("micro_batch ") else n for n in notes]
+    if why is not None:
+        notes = [why if n.startswith("recompute ") else n for n in notes]
+    return job, notes
+
+
 def _measured_column(row: pd.Series) -> str:
     return next((c for c in MEASURED_COLUMNS if _text(row, c) is not None), "no measured column")
 
@@ -403,17 +438,17 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     model, model_notes = row_model(row, framework.name)
     stated = notes_flags(notes)
     par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes, stated, framework)
-    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel)
     num_gpus = _required_int(row, "num_gpus")
+    dp = par.dp or max(1, num_gpus // (par.tp * par.pp * par.cp))
+    local = _required_int(row, "global_batch") // dp
+    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, local)
 
     def build(tr: Training) -> Job:
         return Job(model=model, system=system, parallelism=par, training=tr, num_gpus=num_gpus, framework=framework)
 
-    job = build(training)
-    if _recompute(row) is None and "recompute" not in stated:
-        job, why = recompute_that_fits(job, build)
-        if why is not None:
-            tr_notes = [why if n.startswith("recompute ") else n for n in tr_notes]
+    free_recompute = _recompute(row) is None and "recompute" not in stated
+    free_mbs = d["micro_batch"] == LOCAL_BATCH and _int(row, "micro_batch") is None and "micro_batch" not in stated
+    job, tr_notes = fitting_job(build, training, tr_notes, free_recompute, free_mbs)
     eq3 = job.training.recompute_granularity != "none" if framework.name in EQ3_FRAMEWORKS else None
     measured = measured_iteration_time(row, model, system, training.precision, eq3)
     if training.zero_stage is None:
