@@ -73,6 +73,16 @@ def test_framework_keyword_table(source, notes, expected):
     assert "fallback" not in rule
 
 
+@pytest.mark.parametrize(("cell", "expected"), [
+    ("nemo@24.07", "nemo@24.07"), ("NeMo 25.04", "nemo"), ("PyTorch FSDP2", "fsdp"), ("Megatron-LM 2022",
+                                                                                       "megatron-lm-2021@3.0"),
+    ("HF transformers", "hf-transformers"), ("DeepSpeed ZeRO-3", "deepspeed"),
+])
+def test_framework_column_in_words_is_matched_by_the_keyword_table(cell, expected):
+    name, rule = infer_framework(cell, "a source naming nothing", "")
+    assert name == expected and "framework column" in rule
+
+
 def test_framework_column_wins_and_fallback_is_reported():
     assert infer_framework("torchtitan", "NVIDIA NeMo", "")[0] == "torchtitan"
     name, rule = infer_framework(None, "some blog", "no stack named")

@@ -6,7 +6,7 @@ keeps those exactly as before); every choice is reported with the row (``Measure
 docs/VALIDATION.md, section "Settings chosen for cells the sources leave empty".
 
 **Framework** (:func:`infer_framework`): an optional ``framework`` column (``NAME[@version]``, any preset of
-``presets/frameworks``) wins. Else :data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against
+``presets/frameworks``, or a stack in words such as ``NeMo 25.04``, matched by the keyword table) wins. Else :data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against
 the ``notes``: Megatron-DeepSpeed before DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper
 (``meta-llama3`` when that profile is shipped, else ``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry /
 accelerate, Hugging Face transformers, Megatron-LM / Megatron-Core (by the first year in the text: 2021 or earlier is
@@ -104,9 +104,14 @@ def infer_framework(cell: str | None, source: str, notes: str,
                     degrees: tuple[int, int, int] = (1, 1, 1)) -> tuple[str, str]:
     """The row's framework and how it was chosen (``framework`` column, keyword in source/notes, or fallback).
     ``degrees``: the row's (tp, pp, cp), for rules whose profile has an ``extended`` stack."""
-    if cell:
-        return cell, "framework column"
     shipped = list_frameworks()
+    if cell:
+        if cell.partition("@")[0].strip().lower() in shipped or cell.endswith((".yaml", ".yml")):
+            return cell, "framework column"
+        hit = _match(cell, shipped, degrees)  # a framework written in words ("NeMo 25.04", "PyTorch FSDP2")
+        if hit is not None:
+            return hit[0], f"{hit[1]} in the framework column"
+        return cell, "framework column"  # not a profile: the row is reported with the loader's reason
     for where, text in (("source", source), ("notes", notes)):
         hit = _match(text, shipped, degrees)
         if hit is not None:
