@@ -7,11 +7,12 @@ docs/VALIDATION.md, section "Settings chosen for cells the sources leave empty".
 
 **Framework** (:func:`infer_framework`): an optional ``framework`` column (``NAME[@version]``, any preset of
 ``presets/frameworks``, or a stack in words such as ``NeMo 25.04``, matched by the keyword table) wins. Else
-:data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against the ``notes``: Megatron-DeepSpeed
-before DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper (``meta-llama3`` when that profile is
-shipped, else ``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers, Megatron-LM / Megatron-Core (by the first year in the text: 2021 or earlier is
-``megatron-lm-2021``, 2022 ``megatron-lm-2021@3.0``, else ``megatron-core``). Entries whose profile is not shipped
-are skipped. No match: the default stack ``megatron-core``, reported as a fallback.
+:data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against the ``notes``: Megatron-DeepSpeed before
+DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper (``meta-llama3`` when that profile is shipped, else
+``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers, Megatron-LM /
+Megatron-Core (by the first year in the text: 2021 or earlier is ``megatron-lm-2021``, 2022 ``megatron-lm-2021@3.0``,
+else ``megatron-core``). Entries whose profile is not shipped are skipped. No match: the default stack
+``megatron-core``, reported as a fallback.
 
 **System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
 in :data:`SYSTEM_FOR_GPU_KEY`. An A100 whose name says 40GB is the DGX-A100 40GB part (40 GiB HBM2 at 1555 GB/s,
