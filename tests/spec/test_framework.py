@@ -183,3 +183,17 @@ def test_torchtitan_tp_always_shards_the_sequence():
     space = SearchSpace(model="llama3-8b", system="dgx-h100", num_gpus=8, framework="torchtitan", pp=1,
                         training=Training(global_batch_size=8))
     assert {c.sequence_parallel for c in enumerate_space(space).candidates if c.tp > 1} == {True}
+
+
+def test_presets_list_the_versions_a_profile_offers(capsys):
+    import json
+
+    from trainsim.cli import main
+    from trainsim.spec.framework import preset_versions
+
+    assert preset_versions("megatron-lm-2021") == ("2.5", "3.0") and preset_versions("nemo") == ("24.07",)
+    for version in preset_versions("megatron-lm-2021"):
+        assert load_framework(f"megatron-lm-2021@{version}").version == version
+    main(["presets", "--frameworks", "--json"])
+    listed = json.loads(capsys.readouterr().out)["frameworks"]["megatron-lm-2021"]["versions"]
+    assert listed == ["2.5", "3.0"]

@@ -17,7 +17,7 @@ def presets_command(
     """List the model, system and framework presets with their key numbers and sources."""
     from rich.console import Console
 
-    from trainsim.spec.framework import list_frameworks, load_framework
+    from trainsim.spec.framework import list_frameworks, load_framework, preset_versions
     from trainsim.spec.presets import list_models, list_systems, load_model, load_system
 
     none = not (models or systems or frameworks)
@@ -30,7 +30,7 @@ def presets_command(
         print_json({
             "models": {m.name: {**m.model_dump(exclude_none=True), "num_params": m.num_params} for m in rows_m},
             "systems": {s.name: s.model_dump(exclude_none=True) for s in rows_s},
-            "frameworks": {f.name: f.model_dump() for f in rows_f},
+            "frameworks": {f.name: {**f.model_dump(), "versions": list(preset_versions(f.name))} for f in rows_f},
         })
         return
     console = Console()
@@ -40,7 +40,7 @@ def presets_command(
             ["name", "version", "layers", "attention", "optimizer", "master/states", "DP engine", "pipeline"]
         rows = []
         for f in rows_f:
-            values = {"name": f.name, "version": f.version, "layers": f.transformer_impl,
+            values = {"name": f.name, "version": ", ".join(preset_versions(f.name)), "layers": f.transformer_impl,
                       "attention": f.attention_backend, "optimizer": f.optimizer_impl,
                       "master/states": f"{f.main_params_dtype}/{f.exp_avg_dtype}",
                       "DP engine": f.dp_engine + (f" / {f.sharded_engine}" if f.sharded_engine else ""),

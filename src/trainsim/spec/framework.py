@@ -388,6 +388,14 @@ def _with_version(data: dict[str, Any], version: str | None, origin: str) -> dic
 
 
 @cache
+def preset_versions(name: str) -> tuple[str, ...]:
+    """Versions a framework preset offers for ``NAME@version``: its own first, then its ``versions:`` overrides."""
+    data = _parse((_DIR / f"{name}.yaml").read_text(), f"framework preset {name}")
+    own = str(data.get("version", ""))
+    return tuple(v for v in (own, *(str(v) for v in (data.get("versions") or {}))) if v)
+
+
+@cache
 def _preset(name: str, version: str | None) -> Framework:
     data = _parse((_DIR / f"{name}.yaml").read_text(), f"framework preset {name}")
     return Framework(**_with_version(data, version, f"framework preset {name}"))
