@@ -86,7 +86,7 @@ def test_torchtitan_selective_is_op_level_checkpointing():
     jobs = {r: _titan(r) for r in ("none", "selective", "full")}
     shard = shard_of(jobs["selective"])
     model = jobs["selective"].model
-    assert [n for n, _c, saved in sac_matmuls(model, shard) if saved] == ["q", "v", "w1", "w2"]
+    assert [n for n, _c, _k, saved in sac_matmuls(model, shard) if saved] == ["q", "v", "w1", "w2"]
     work = layer_work(model, shard, False)
     names = {op.name for op in work.recompute}
     assert {"sac_k", "sac_o", "sac_w3"} <= names and not any(op.kind == "attention" for op in work.recompute)

@@ -541,10 +541,8 @@ class _Enumerator:
             return (1,)
         per_rank = {*(divisors(self.layers // pp) if self.layers % pp == 0 else ()),
                     *(divisors(self.slots // pp) if self.slots % pp == 0 else ())}
-        shipped = self.space.framework.pipeline_schedules
         # only chunk counts one of the stack's schedules runs (none but 1 for DeepSpeed's engine)
-        return tuple(v for v in sorted(per_rank) if v == 1 or any(get_schedule(s).accepts_chunks(v)
-                                                                   for s in shipped)) or (1,)
+        return tuple(v for v in sorted(per_rank) if self.space.framework.runs_chunks(v)) or (1,)
 
     def schedule_values(self, pp: int, vpp: int) -> tuple[str, ...]:
         listed = self.given("schedule", default_schedule(vpp))

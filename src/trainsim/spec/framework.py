@@ -265,12 +265,18 @@ class Framework(Spec, frozen=True):
         return self
 
     # ---- derived -------------------------------------------------------------------------------------------------
+    def runs_chunks(self, vpp: int) -> bool:
+        """Whether one of :attr:`pipeline_schedules` runs ``vpp`` model chunks per pipeline rank."""
+        from trainsim.schedule import get_schedule
+
+        return vpp == 1 or any(get_schedule(s).accepts_chunks(vpp) for s in self.pipeline_schedules)
+
     @property
     def interleaved_schedule(self) -> bool:
-        """Virtual pipeline stages offered: one of :attr:`pipeline_schedules` runs several model chunks per rank."""
-        from trainsim.schedule import SCHEDULES
+        """Virtual pipeline stages offered: one of :attr:`pipeline_schedules` interleaves model chunks."""
+        from trainsim.schedule import get_schedule
 
-        return any(SCHEDULES[s].interleaves for s in self.pipeline_schedules if s in SCHEDULES)
+        return any(get_schedule(s).interleaves for s in self.pipeline_schedules)
 
     @property
     def label(self) -> str:

@@ -398,7 +398,7 @@ def check_framework(job: Job) -> None:
                             f"ZeRO stage {zero} with pipeline parallelism (pp = {par.pp}) is refused by {engine}",
                             f"use --zero-stage {fw.max_zero_stage_with_pp} or lower with pp > 1, pp = 1, or a "
                             "framework whose sharding composes with pipelining (torchtitan)")
-    if par.vpp > 1 and not fw.interleaved_schedule:
+    if not fw.runs_chunks(par.vpp):
         raise TrainsimError("parallelism.vpp", f"{name}'s pipeline engine has no virtual stages",
                             "use vpp 1 or another --framework")
     if par.pp > 1 and fw.pipeline_schedules and job.schedule not in fw.pipeline_schedules:

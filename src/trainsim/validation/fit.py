@@ -96,11 +96,9 @@ def fit_generation(rows: Sequence[Measurement], generation: str, start: Calibrat
     Without an FP8 row the FP8 kernel scale cannot be identified: it follows the 16-bit one (the same GPU's
     sustained clocks and launch overheads) instead of its prior."""
     names = tuple(names or FIT_PARAMETERS[generation])
-    if "measured_fp8_kernel_scale" in names and not any(r.job.training.precision == "fp8" for r in rows):
+    tied = "measured_fp8_kernel_scale" in names and not any(r.job.training.precision == "fp8" for r in rows)
+    if tied:
         names = tuple(n for n in names if n != "measured_fp8_kernel_scale")
-        tied = True
-    else:
-        tied = False
     calib = start or Calibration(**{n: PRIORS[n][0] for n in names})
     for _ in range(sweeps):
         for name in names:

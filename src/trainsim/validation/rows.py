@@ -16,7 +16,8 @@ docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
   auto`` picks the largest that fits); ``tp``, ``pp``, ``vpp``, ``cp`` (and the optional ``ep`` column): 1; ``dp``:
   from ``num_gpus / (tp·pp·cp)``;
 - ``sp``: off (Megatron's ``--sequence-parallel`` default), on with tp > 1 for ``nemo`` (NeMo / Megatron-Bridge
-  recipes set ``sequence_parallel=True`` with TP) and ``torchtitan`` (its TP plan shards norms over the sequence);
+  recipes set ``sequence_parallel=True`` with TP) and the stacks whose TP always shards the sequence (the profile's
+  ``tp_shards_sequence``: torchtitan's TP plan, Meta's Llama 3);
 - ``recompute``: none (no framework recomputes by default), unless the job would then not fit in memory: the run
   ran, so it recomputed — the lightest recomputation that fits (selective first where attention keeps the s² scores,
   then full), reported with the row;
@@ -84,7 +85,7 @@ LOCAL_BATCH = "local batch"
 FRAMEWORK_ROW_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-lm-2021": {"precision": "fp16", "overlap_p2p_comm": False},
     "nemo": {"sp": True},
-    "torchtitan": {"sp": True, "micro_batch": LOCAL_BATCH},
+    "torchtitan": {"micro_batch": LOCAL_BATCH},  # sequence parallelism: the profile's tp_shards_sequence
     "fsdp": {"micro_batch": LOCAL_BATCH},
     "deepspeed": {"micro_batch": LOCAL_BATCH},
     "hf-transformers": {"micro_batch": LOCAL_BATCH},
@@ -437,7 +438,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
     stated = notes_flags(notes)
-    par, par_notes = row_parallelism(row, model.num_layers, d["sp"], notes, stated, framework)
+    sp_default = d["sp"] or framework.tp_shards_sequence  # torchtitan's and Meta's TP always shard the sequence
+    par, par_notes = row_parallelism(row, model.num_layers, sp_default, notes, stated, framework)
     num_gpus = _required_int(row, "num_gpus")
     dp = par.dp or max(1, num_gpus // (par.tp * par.pp * par.cp))
     local = _required_int(row, "global_batch") // dp

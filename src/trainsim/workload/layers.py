@@ -34,6 +34,7 @@ from trainsim.workload.ops import (
 )
 
 if TYPE_CHECKING:
+    from trainsim.spec.framework import SelectiveRecompute
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
 
@@ -65,7 +66,14 @@ class Shard:
     summa_blocks: int = 1
     cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel) or allgather (exposed)
     async_tp: bool = True  # backward TP collectives of column-parallel linears under the wgrad/dgrad GEMMs
-    selective: str = "core_attention"  # what "selective" recomputes: core_attention (Megatron) or op (torchtitan SAC)
+    selective: SelectiveRecompute = "core_attention"  # what "selective" recomputes: Megatron's core attention or
+    # torchtitan's op-level checkpointing ("op")
+
+    def op_sac(self, model: Model, moe: bool) -> bool:
+        """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
+        whose ``selective`` means it); other layers keep Megatron's core-attention recompute."""
+        return (self.recompute == "selective" and self.selective == "op"
+                and not (moe or model.multi_latent_attention))
 
     @property
     def tp_cols(self) -> int:
@@ -593,7 +601,7 @@ def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
     comm_fwd = a.comm_fwd + m.comm_fwd
     if shard.recompute == "full":
         recompute, comm_re = fwd, comm_fwd
-    elif shard.recompute == "selective" and shard.selective == "op" and not (moe or model.multi_latent_attention):
+    elif shard.op_sac(model, moe):
         recompute, comm_re = op_sac_recompute(model, shard, fwd), tuple(c for c in comm_fwd
                                                                         if c.collective == "all_gather")
     else:
@@ -604,31 +612,28 @@ def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
                 tags=("moe",) if moe else ())
 
 
-def sac_matmuls(model: Model, shard: Shard) -> list[tuple[str, float, bool]]:
+def sac_matmuls(model: Model, shard: Shard) -> list[tuple[str, int, int, bool]]:
     """The forward matmuls of a dense layer in execution order as torchtitan runs them (separate q, k, v; w1, w3,
-    w2 for SwiGLU), each as (name, output columns on this GPU, saved): torchtitan's op-level selective activation
-    checkpointing saves the output of every other matmul (the 1st, 3rd, ...; ``_custom_policy`` counts ``aten.mm``
-    per layer) and recomputes the others (torchtitan ``activation_checkpoint.py``, ``selective_ac_option='op'``)."""
-    tp, d = shard.tp, model.head_dim
+    w2 for SwiGLU), each as (name, output columns on this GPU, input columns, saved): torchtitan's op-level selective
+    activation checkpointing saves the output of every other matmul (the 1st, 3rd, ...; ``_custom_policy`` counts
+    ``aten.mm`` per layer) and recomputes the others (torchtitan ``activation_checkpoint.py``,
+    ``selective_ac_option='op'``)."""
+    tp, d, h = shard.tp, model.head_dim, model.hidden_size
     heads, groups = model.num_attention_heads // tp, model.query_groups // tp
-    ffn = model.ffn_size / tp
-    mms = [("q", heads * d), ("k", groups * d), ("v", groups * model.v_dim), ("o", model.hidden_size)]
-    mms += [("w1", ffn), ("w3", ffn), ("w2", model.hidden_size)] if model.swiglu else [
-        ("fc1", ffn), ("fc2", model.hidden_size)]
-    return [(name, cols, i % 2 == 0) for i, (name, cols) in enumerate(mms)]
+    ffn = model.ffn_size // tp
+    mms = [("q", heads * d, h), ("k", groups * d, h), ("v", groups * model.v_dim, h),
+           ("o", h, heads * model.v_dim)]
+    mms += [("w1", ffn, h), ("w3", ffn, h), ("w2", h, ffn)] if model.swiglu else [("fc1", ffn, h), ("fc2", h, ffn)]
+    return [(name, n, k, i % 2 == 0) for i, (name, n, k) in enumerate(mms)]
 
 
 def op_sac_recompute(model: Model, shard: Shard, fwd: tuple[ComputeOp, ...]) -> tuple[ComputeOp, ...]:
     """What the backward of a layer re-runs under op-level selective checkpointing (:func:`sac_matmuls`): every
     elementwise op of the forward (norms, RoPE, activation, residual adds, casts) and the matmuls whose outputs
     were not saved; attention's output is saved (``_save_list`` holds the SDPA kernels)."""
-    t, h, dt = shard.tokens, model.hidden_size, shard.gemm_dtype
-    inner = model.num_attention_heads // shard.tp * model.v_dim
     ops = [op for op in fwd if op.kind == "elementwise"]
-    for name, cols, saved in sac_matmuls(model, shard):
-        if not saved:
-            k = inner if name == "o" else (model.ffn_size / shard.tp if name == "fc2" else h)
-            ops.append(gemm(f"sac_{name}", "fwd", t, int(cols), int(k), dt))
+    ops += [gemm(f"sac_{name}", "fwd", shard.tokens, n, k, shard.gemm_dtype)
+            for name, n, k, saved in sac_matmuls(model, shard) if not saved]
     return tuple(ops)
 
 

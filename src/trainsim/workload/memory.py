@@ -168,7 +168,7 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
     sbh = s * b * h
     if recompute == "full":
         return e * sbh / rep
-    if recompute == "selective" and shard.selective == "op" and not (moe or model.multi_latent_attention):
+    if shard.op_sac(model, moe):
         return op_sac_saved_bytes(model, shard)
     heads, groups = model.num_attention_heads / tp, model.query_groups / tp
     hd = 1.0 if model.hidden_dropout > 0 and fusion.dropout else 0.0
@@ -236,7 +236,7 @@ def op_sac_saved_bytes(model: Model, shard: Shard) -> float:
     h = model.hidden_size
     heads = model.num_attention_heads / tp
     total = e * sb * h / rep  # the checkpointed layer input
-    total += sum(e * sb * cols for _name, cols, saved in sac_matmuls(model, shard) if saved)
+    total += sum(e * sb * n for _name, n, _k, saved in sac_matmuls(model, shard) if saved)
     if shard.attention == "flash":
         total += e * sb * heads * model.v_dim + 4.0 * shard.micro_batch * heads * s  # output and log-sum-exp
     if sp:
@@ -361,7 +361,7 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
         per_mb += count * acts[(is_moe, mode)]
         if mode == "full":  # the layer being recomputed holds its whole working set during its backward
             full_layer = max(full_layer, acts[(is_moe, "none")])
-        elif mode == "selective" and shard.selective == "op":  # and what op-level checkpointing recomputes
+        elif shard.with_recompute(mode).op_sac(model, is_moe):  # and what op-level checkpointing recomputes
             full_layer = max(full_layer, acts[(is_moe, "none")] - acts[(is_moe, mode)])
     tokens = b * seq / cp
     if stage == 0:
