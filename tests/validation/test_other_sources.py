@@ -64,6 +64,13 @@ def one(tmp_path, **cells: object):
     ("Megatron-LM paper 2022", "", "megatron-lm-2021@3.0"),  # the asynchronous TP all-reduce of the 2022 code
     ("Megatron-LM README 2024", "", "megatron-core"),
     ("Megatron-Core scaling", "", "megatron-core"),
+    # 2023: Megatron-LM's legacy megatron/model code (--transformer-impl local was the default until 2024) ...
+    ("Megatron-LM benchmark 2023", "", "megatron-lm-2021@3.0"),
+    # ... unless the run names Transformer Engine or Megatron-Core models, or Megatron-Core itself
+    ("Megatron-LM benchmark 2023", "--transformer-impl transformer_engine", "megatron-core"),
+    ("Megatron-LM benchmark 2023", "--use-mcore-models", "megatron-core"),
+    ("Megatron-Core scaling 2023", "", "megatron-core"),
+    ("Megatron-LM (no year)", "", "megatron-core"),
     ("a blog", "run with NeMo 24.12", "nemo"),  # notes when the source names nothing
     ("Megatron-DeepSpeed", "compared with NeMo", "megatron-deepspeed"),  # source before notes
 ])
@@ -81,6 +88,23 @@ def test_framework_keyword_table(source, notes, expected):
 def test_framework_column_in_words_is_matched_by_the_keyword_table(cell, expected):
     name, rule = infer_framework(cell, "a source naming nothing", "")
     assert name == expected and "framework column" in rule
+
+
+def test_fp8_megatron_lm_run_is_on_transformer_engine_whatever_its_year():
+    assert infer_framework(None, "Megatron-LM 2023 blog", "")[0] == "megatron-lm-2021@3.0"
+    assert infer_framework(None, "Megatron-LM 2023 blog", "", fp8=True)[0] == "megatron-core"
+    assert infer_framework(None, "Megatron-LM 2021", "", fp8=True)[0] == "megatron-lm-2021"  # no FP8 then anyway
+    # a framework written in words takes the year from the source
+    assert infer_framework("Megatron-LM", "A cluster study (2023)", "")[0] == "megatron-lm-2021@3.0"
+
+
+def test_legacy_megatron_row_reads_flash_attention_and_fp8_from_the_row(tmp_path):
+    legacy = one(tmp_path, source="Megatron-LM runs, 2023")
+    assert legacy.job.framework.name == "megatron-lm-2021" and legacy.job.framework.async_tp_grad_reduce
+    assert legacy.job.attention_path != "flash"
+    flash = one(tmp_path, source="Megatron-LM runs, 2023", notes="--use-flash-attn --bf16")
+    assert flash.job.attention_path == "flash" and any("attention" in a for a in flash.assumptions)
+    assert one(tmp_path, source="Megatron-LM runs, 2023", precision="fp8").job.framework.name == "megatron-core"
 
 
 def test_framework_column_wins_and_fallback_is_reported():

@@ -108,3 +108,19 @@ def test_compile_fuses_the_elementwise_chains():
     f = fusion_of(compiled)
     assert f.norm and f.rope and f.bias_activation and f.cross_entropy
     assert predict(compiled).iteration_time_s < predict(eager).iteration_time_s
+
+
+@pytest.mark.parametrize(("precision", "fused"), [("bf16", True), ("fp16", False)])
+def test_2022_megatron_fuses_gradient_accumulation_only_into_fp32_buffers(precision, fused):
+    """Megatron-LM 2022 (``@3.0``) accumulates the wgrad GEMM into main_grad, but its arguments.py switches the
+    fusion off without fp32 gradient accumulation (fp16 by default); bf16 forces fp32 accumulation."""
+    def make(framework: str) -> Job:
+        return Job(model=load_model("gpt3-1.7b"), system=load_system("dgx-a100"), num_gpus=1, framework=framework,
+                   training=Training(global_batch_size=4, micro_batch_size=1, precision=precision))
+
+    new, old = make("megatron-lm-2021@3.0"), make("megatron-lm-2021")
+    assert fz.fusion_of(new).grad_accumulation is fused
+    assert not fz.fusion_of(old).grad_accumulation  # the 2021 code had no fused wgrad accumulation
+    adds = [op for op in layer_work(new.model, shard_of(new), False).bwd if op.name == "layer_grad_accumulation"]
+    assert bool(adds) is not fused
+    assert (predict(new).iteration_time_s < predict(old).iteration_time_s) or not fused

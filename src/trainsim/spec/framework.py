@@ -51,7 +51,7 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1
 # Fields that describe the profile rather than the stack (no source needed).
 META_FIELDS = frozenset({"name", "version", "description", "sources"})
 # Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
-OPTIONAL_FIELDS = frozenset({"virtual_stages_default",
+OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fusion_fp32_only",
                              "bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
                              "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
@@ -96,6 +96,10 @@ class Framework(Spec, frozen=True):
         "--no-gradient-accumulation-fusion", const=False,
         help="wgrad GEMMs do not accumulate into main_grad directly")] = Field(
         description="weight-gradient GEMM accumulates straight into the fp32 main_grad buffer")
+    gradient_accumulation_fusion_fp32_only: bool | None = Field(
+        default=None, description="gradient-accumulation fusion only with fp32 gradient accumulation (Megatron-LM's "
+                                  "arguments.py switches it off otherwise, e.g. fp16 without "
+                                  "--accumulate-allreduce-grads-in-fp32); None: no such rule")
     # ---- optimizer -----------------------------------------------------------------------------------------------
     optimizer_impl: Annotated[OptimizerImpl, Flag("--optimizer-impl", megatron=False,
                                                   help="fused, foreach or loop")] = Field(

@@ -9,10 +9,12 @@ docs/VALIDATION.md, section "Settings chosen for cells the sources leave empty".
 ``presets/frameworks``, or a stack in words such as ``NeMo 25.04``, matched by the keyword table) wins. Else
 :data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against the ``notes``: Megatron-DeepSpeed before
 DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper (``meta-llama3`` when that profile is shipped, else
-``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers, Megatron-LM /
-Megatron-Core (by the first year in the text: 2021 or earlier is ``megatron-lm-2021``, 2022 ``megatron-lm-2021@3.0``,
-else ``megatron-core``). Entries whose profile is not shipped are skipped. No match: the default stack
-``megatron-core``, reported as a fallback.
+``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers, Megatron-Core /
+MCore named as such (``megatron-core``), Megatron-LM (by the first year in the text: 2021 or earlier is
+``megatron-lm-2021``; 2022 and 2023 ``megatron-lm-2021@3.0``, the legacy ``megatron/model`` code path that Megatron-LM
+ran by default until Megatron-Core models became its default in 2024, unless the row runs FP8 or names Transformer
+Engine or ``--use-mcore-models``, which only Megatron-Core provides; else ``megatron-core``). Entries whose profile is
+not shipped are skipped. No match: the default stack ``megatron-core``, reported as a fallback.
 
 **System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
 in :data:`SYSTEM_FOR_GPU_KEY`. An A100 whose name says 40GB is the DGX-A100 40GB part (40 GiB HBM2 at 1555 GB/s,
@@ -30,7 +32,15 @@ from typing import Any
 
 from trainsim.spec.framework import list_frameworks
 
-MEGATRON_2021_LAST_YEAR = 2022  # Megatron-LM before Megatron-Core (first Megatron-Core release: 2023)
+MEGATRON_2021_LAST_YEAR = 2021  # the SC'21 code (synchronous input-gradient all-reduce)
+#: Megatron-LM built its models from the legacy ``megatron/model`` code (``--transformer-impl local`` the default, the
+#: Megatron-Core GPT model behind the opt-in ``--use-mcore-models``) until Megatron-Core models became the default in
+#: 2024 (``--use-legacy-models`` from then on; Megatron-LM issue #703, Feb 2024: the converted Llama-2 checkpoint is
+#: still a legacy model); that code path is the 2022 profile version.
+MEGATRON_LEGACY_LAST_YEAR = 2023
+#: Text that says a Megatron-LM run used Megatron-Core's Transformer Engine layers whatever its year (``--fp8-format``
+#: needs ``--transformer-impl transformer_engine``).
+_MCORE_STATED = re.compile(r"transformer[-_ ]?engine|--use-mcore-models|\bte\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -63,16 +73,22 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     FrameworkRule("FSDP, FSDP2, llm-foundry, accelerate", r"\bfsdp2?\b|llm[-_ ]?foundry|\baccelerate\b", "fsdp",
                   extended="torchtitan"),
     FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
-    FrameworkRule("Megatron-LM, Megatron-Core, MCore", r"megatron[-_ ]?(?:lm|core)|\bmcore\b", "megatron-by-year"),
+    FrameworkRule("Megatron-Core, MCore", r"megatron[-_ ]?core|\bmcore\b", "megatron-core"),
+    FrameworkRule("Megatron-LM", r"megatron[-_ ]?lm", "megatron-by-year"),
 )
 FALLBACK_FRAMEWORK = "megatron-core"
 _YEAR = re.compile(r"(?<!\d)(20[0-3]\d)(?!\d)")
 
 
-def _megatron_by_year(text: str) -> str:
+def megatron_by_year(text: str, fp8: bool = False) -> str:
+    """The Megatron-LM stack of a run described by ``text``: by the first year in it (module docstring); a run that
+    uses FP8 or names Transformer Engine is on Megatron-Core's layers whatever the year."""
     found = _YEAR.search(text)
-    if found and int(found.group(1)) <= MEGATRON_2021_LAST_YEAR:
-        return "megatron-lm-2021" if int(found.group(1)) <= 2021 else "megatron-lm-2021@3.0"
+    year = int(found.group(1)) if found else None
+    if year is not None and year <= MEGATRON_2021_LAST_YEAR:
+        return "megatron-lm-2021"
+    if year is not None and year <= MEGATRON_LEGACY_LAST_YEAR and not fp8 and not _MCORE_STATED.search(text):
+        return "megatron-lm-2021@3.0"
     return "megatron-core"
 
 
@@ -85,12 +101,13 @@ def lacks_parallelism(framework: str, tp: int, pp: int, cp: int) -> bool:
         cp > 1 and not fw.supports_cp)
 
 
-def _match(text: str, shipped: list[str], degrees: tuple[int, int, int]) -> tuple[str, str] | None:
+def _match(text: str, shipped: list[str], degrees: tuple[int, int, int], fp8: bool = False,
+           context: str = "") -> tuple[str, str] | None:
     for rule in FRAMEWORK_KEYWORDS:
         found = re.search(rule.pattern, text, re.IGNORECASE)
         if found is None:
             continue
-        name = _megatron_by_year(text) if rule.framework == "megatron-by-year" else rule.framework
+        name = megatron_by_year(f"{text} {context}", fp8) if rule.framework == "megatron-by-year" else rule.framework
         preset = name.partition("@")[0]
         if preset in shipped and rule.extended in shipped and lacks_parallelism(name, *degrees):
             return rule.extended or name, f"{found.group(0)!r} with tp/pp/cp {degrees} that {name} does not offer"
@@ -102,19 +119,21 @@ def _match(text: str, shipped: list[str], degrees: tuple[int, int, int]) -> tupl
 
 
 def infer_framework(cell: str | None, source: str, notes: str,
-                    degrees: tuple[int, int, int] = (1, 1, 1)) -> tuple[str, str]:
+                    degrees: tuple[int, int, int] = (1, 1, 1), fp8: bool = False) -> tuple[str, str]:
     """The row's framework and how it was chosen (``framework`` column, keyword in source/notes, or fallback).
-    ``degrees``: the row's (tp, pp, cp), for rules whose profile has an ``extended`` stack."""
+    ``degrees``: the row's (tp, pp, cp), for rules whose profile has an ``extended`` stack; ``fp8``: the row runs
+    FP8 (a Megatron-LM run of any year is then on Transformer Engine layers)."""
     shipped = list_frameworks()
     if cell:
         if cell.partition("@")[0].strip().lower() in shipped or cell.endswith((".yaml", ".yml")):
             return cell, "framework column"
-        hit = _match(cell, shipped, degrees)  # a framework written in words ("NeMo 25.04", "PyTorch FSDP2")
+        # a framework written in words ("NeMo 25.04", "PyTorch FSDP2"); the notes may say Transformer Engine
+        hit = _match(cell, shipped, degrees, fp8, f"{source} {notes}")
         if hit is not None:
             return hit[0], f"{hit[1]} in the framework column"
         return cell, "framework column"  # not a profile: the row is reported with the loader's reason
     for where, text in (("source", source), ("notes", notes)):
-        hit = _match(text, shipped, degrees)
+        hit = _match(text, shipped, degrees, fp8, notes)
         if hit is not None:
             return hit[0], f"{hit[1]} in {where}"
     return FALLBACK_FRAMEWORK, "fallback: no framework named in source or notes"
@@ -139,6 +158,7 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--recompute-granularity[=\s]+(full|selective)\b", "recompute", None),
     (r"--recompute-activations\b", "recompute", "selective"),
     (r"--checkpoint-activations\b", "recompute", "full"),
+    (r"--use-flash-attn\b", "attention", "flash"),  # legacy Megatron-LM (2023): FlashAttention in CoreAttention
     (r"--fp8-format\b|--fp8\b", "precision", "fp8"),
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),

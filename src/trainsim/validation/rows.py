@@ -378,9 +378,9 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
                         seq_length=_required_int(row, "seq"), recompute_granularity=recompute, zero_stage=zero,
                         precision=precision, fp8_recipe=_fp8_recipe(row) if precision == "fp8" else None,
                         overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
-                        overlap_p2p_comm=d["overlap_p2p_comm"])
-    assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
-                if getattr(training, k) and stated.get(k)]
+                        overlap_p2p_comm=d["overlap_p2p_comm"], attention=stated.get("attention"))
+    assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                                                    "attention") if getattr(training, k) and stated.get(k)]
     return training, assumed
 
 
@@ -432,12 +432,13 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     rid = str(row["id"])
     notes = _text(row, "notes") or ""
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
-    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp))
+    stated = notes_flags(notes)
+    fp8 = (_precision(row) or stated.get("precision")) == "fp8"
+    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8)
     framework = load_framework(fw_name)
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
-    stated = notes_flags(notes)
     sp_default = d["sp"] or framework.tp_shards_sequence  # torchtitan's and Meta's TP always shard the sequence
     par, par_notes = row_parallelism(row, model.num_layers, sp_default, notes, stated, framework)
     num_gpus = _required_int(row, "num_gpus")

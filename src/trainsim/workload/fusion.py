@@ -71,7 +71,8 @@ def fusion_of(job: Job) -> Fusion:
     return Fusion(norm=fw.fused_norm or compiled, bias_activation=fw.fused_bias_activation or compiled,
                   bias_dropout_add=fw.fused_bias_dropout_add or compiled, rope=fw.fused_rope or compiled,
                   cross_entropy=fw.fused_cross_entropy or compiled, dropout=fw.dropout,
-                  grad_accumulation=fw.gradient_accumulation_fusion,
+                  grad_accumulation=fw.gradient_accumulation_fusion and (
+                      bool(job.training.grads_in_fp32) or not fw.gradient_accumulation_fusion_fp32_only),
                   grads_fp32=bool(job.training.grads_in_fp32))
 
 
