@@ -481,3 +481,16 @@ def test_blackwell_only_file_reports_the_constants_it_used(tmp_path):
     assert {r.id for r in report.rows} == {"bw_1", "bw_2"}
     assert set(report.calibrations) == {"blackwell"}
     assert "| gemm_efficiency |" in render_markdown(report)
+
+
+def test_megatron_tflops_convention_follows_the_code_year(tmp_path):
+    """SC'21 Eq. 3 (recompute counted) for the 2021 code; model FLOPs for Megatron-LM from 2022 on."""
+    from trainsim.validation.measurements import eq3_flops, model_flops
+
+    cells = {"measured_iter_s": None, "measured_tflops_per_gpu": 150.0, "vocab": 50257, "recompute": "full"}
+    old = one(tmp_path, source="Megatron-LM 2021", **cells)
+    assert old.measured_iter_s == pytest.approx(eq3_flops(old.job.model, 64, 2048, 50257, True) / (150e12 * 8))
+    new = one(tmp_path, source="Megatron-LM 2023", **cells)
+    assert new.job.framework.label == "megatron-lm-2021@3.0"
+    assert new.measured_iter_s == pytest.approx(model_flops(new.job.model, 64, 2048, 50257) / (150e12 * 8))
+    assert not any("Eq. 3" in a for a in new.assumptions)

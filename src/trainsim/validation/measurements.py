@@ -24,11 +24,11 @@ turned into jobs by :mod:`trainsim.validation.rows` with the documented rules of
 :mod:`trainsim.validation.row_rules` (framework, system and model family) and the framework's defaults for empty
 cells; a row that cannot be predicted is kept with its reason (:class:`SkippedRow`), never dropped silently.
 
-Measured iteration time (:func:`measured_iteration_time`), first available of: ``measured_iter_s``; tokens/s per
-GPU (``B·s / (tokens/s · GPUs)``); TFLOP/s per GPU with the source's own FLOP formula (SC'21 Eq. 3, which counts
-the recompute forward, for ``sc21`` rows and for stacks whose throughput calculators report it: Megatron-LM 2021,
-Megatron-DeepSpeed, DeepSpeed — :data:`trainsim.validation.row_rules.EQ3_FRAMEWORKS`; every other source with the
-model-FLOP formula of the dataset README, the FFN term of a mixture-of-experts model counting its top-k experts);
+Measured iteration time (:func:`measured_iteration_time`), first available of: ``measured_iter_s``; tokens/s per GPU
+(``B·s / (tokens/s · GPUs)``); TFLOP/s per GPU with the source's own FLOP formula (SC'21 Eq. 3, which counts the
+recompute forward, for ``sc21`` rows and for stacks whose throughput calculators report it: the Megatron-LM code of
+2021, Megatron-DeepSpeed, DeepSpeed — :data:`trainsim.validation.row_rules.EQ3_FRAMEWORKS`; every other source with
+the model-FLOP formula of the dataset README, the FFN term of a mixture-of-experts model counting its top-k experts);
 ``measured_mfu`` (a fraction, or a percentage when above 1) times the GPU's dense 16-bit peak (TF32 for fp32 runs)
 with the model-FLOP formula: MFU is quoted against the 16-bit peak even for FP8 runs (PaLM's definition, used by the
 Llama 3 paper and by Megatron-Core's and NeMo's reported model TFLOP/s), so FP8 rows are not divided by the FP8 peak.

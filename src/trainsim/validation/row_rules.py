@@ -139,10 +139,16 @@ def infer_framework(cell: str | None, source: str, notes: str,
     return FALLBACK_FRAMEWORK, "fallback: no framework named in source or notes"
 
 
-#: Stacks whose reported TFLOP/s follow SC'21 Eq. 3 with the recompute factor (4 with activation recomputation,
-#: else 3): the SC'21 paper, Megatron-DeepSpeed's ``throughput_calculator`` and DeepSpeed's examples
-#: (``checkpoint_activations_factor``). Every other stack reports model FLOPs.
-EQ3_FRAMEWORKS = frozenset({"megatron-lm-2021", "megatron-deepspeed", "deepspeed"})
+#: Stacks (``name`` or ``name@version``) whose reported TFLOP/s follow SC'21 Eq. 3 with the recompute factor (4 with
+#: activation recomputation, else 3): the SC'21 code of 2021, Megatron-DeepSpeed's ``throughput_calculator`` and
+#: DeepSpeed's examples (``checkpoint_activations_factor``). Every other stack reports model FLOPs: Megatron-LM from
+#: 2022 on quotes MFU and HFU apart (Korthikanti et al.) and its ``num_floating_point_operations`` counts no recompute.
+EQ3_FRAMEWORKS = frozenset({"megatron-lm-2021@2.5", "megatron-deepspeed", "deepspeed"})
+
+
+def reports_eq3(name: str, label: str) -> bool:
+    """Whether the stack ``name`` (version label ``label``) reports SC'21 Eq. 3 TFLOP/s (:data:`EQ3_FRAMEWORKS`)."""
+    return name in EQ3_FRAMEWORKS or label in EQ3_FRAMEWORKS
 
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism

@@ -64,7 +64,6 @@ from trainsim.validation.measurements import (
     parse_number,
 )
 from trainsim.validation.row_rules import (
-    EQ3_FRAMEWORKS,
     MOE_NAME,
     NO_DROPOUT_GPT_FRAMEWORKS,
     NVL_TRAY_GPUS,
@@ -73,6 +72,7 @@ from trainsim.validation.row_rules import (
     family_of,
     infer_framework,
     notes_flags,
+    reports_eq3,
     system_for_gpu,
 )
 from trainsim.workload.fp8 import Fp8Recipe
@@ -379,8 +379,10 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
                         precision=precision, fp8_recipe=_fp8_recipe(row) if precision == "fp8" else None,
                         overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
                         overlap_p2p_comm=d["overlap_p2p_comm"], attention=stated.get("attention"))
-    assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                                                    "attention") if getattr(training, k) and stated.get(k)]
+    assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+                if getattr(training, k) and stated.get(k)]
+    if training.attention and stated.get("attention"):
+        assumed.append(f"attention {training.attention} (from the notes)")
     return training, assumed
 
 
@@ -452,7 +454,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     free_recompute = _recompute(row) is None and "recompute" not in stated
     free_mbs = d["micro_batch"] == LOCAL_BATCH and _int(row, "micro_batch") is None and "micro_batch" not in stated
     job, tr_notes = fitting_job(build, training, tr_notes, free_recompute, free_mbs)
-    eq3 = job.training.recompute_granularity != "none" if framework.name in EQ3_FRAMEWORKS else None
+    eq3 = job.training.recompute_granularity != "none" if reports_eq3(framework.name, framework.label) else None
     measured = measured_iteration_time(row, model, system, training.precision, eq3)
     if training.zero_stage is None:
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
