@@ -494,3 +494,20 @@ def test_megatron_tflops_convention_follows_the_code_year(tmp_path):
     assert new.job.framework.label == "megatron-lm-2021@3.0"
     assert new.measured_iter_s == pytest.approx(model_flops(new.job.model, 64, 2048, 50257) / (150e12 * 8))
     assert not any("Eq. 3" in a for a in new.assumptions)
+
+
+def test_global_batch_not_a_multiple_of_dp_is_compared_at_the_measured_throughput(tmp_path):
+    """OPT-175B: 2M tokens (1,024 sequences) on 992 GPUs (dp 124) - the run is predicted with 992 sequences and the
+    measured time scaled by 992/1024, so the comparison is per token."""
+    from trainsim.validation.rows import whole_batch
+
+    assert whole_batch(1024, 124, 1) == (992, whole_batch(1024, 124, 1)[1]) and whole_batch(1024, 124, 1)[1]
+    assert whole_batch(1024, 128, 2) == (1024, [])
+    assert whole_batch(100, 64, 1)[0] == 128  # the nearest multiple, at least one step
+    cells = {"measured_iter_s": 2.0, "tp": 1, "pp": 1}
+    odd = one(tmp_path, global_batch=62, num_gpus=8, **cells)  # dp 8: 62 -> 64
+    assert odd.job.training.global_batch_size == 64
+    assert odd.measured_iter_s == pytest.approx(2.0 * 64 / 62)
+    assert any("global_batch 64 instead of 62" in a for a in odd.assumptions)
+    even = one(tmp_path, global_batch=64, num_gpus=8, **cells)
+    assert even.measured_iter_s == pytest.approx(2.0) and not any("instead of" in a for a in even.assumptions)

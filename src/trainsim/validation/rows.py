@@ -364,7 +364,7 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
 
 # ---- the row ------------------------------------------------------------------------------------------------------
 def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
-              sp: bool, local_batch: int) -> tuple[Training, list[str]]:
+              sp: bool, local_batch: int, global_batch: int) -> tuple[Training, list[str]]:
     assumed: list[str] = []
     precision: Precision = _pick("precision", _precision(row), stated, d["precision"], assumed)
     recompute: Recompute = _pick("recompute", _recompute(row), stated, d["recompute"], assumed)
@@ -374,7 +374,7 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
     ogr = stated.get("overlap_grad_reduce") or ("ddp impl=torch" in notes.lower()) or None
     opg = True if stated.get("overlap_param_gather") and (zero or 0) >= 1 else None
     tpo = True if stated.get("tp_comm_overlap") and sp else None
-    training = Training(micro_batch_size=mbs, global_batch_size=_required_int(row, "global_batch"),
+    training = Training(micro_batch_size=mbs, global_batch_size=global_batch,
                         seq_length=_required_int(row, "seq"), recompute_granularity=recompute, zero_stage=zero,
                         precision=precision, fp8_recipe=_fp8_recipe(row) if precision == "fp8" else None,
                         overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
@@ -425,6 +425,20 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
     return job, notes
 
 
+def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, list[str]]:
+    """The global batch a row's run can take and the note when it is not the stated one.
+
+    Megatron-style engines need ``global_batch`` to be a multiple of ``micro_batch·dp``; a record whose batch is not
+    (a batch quoted in round tokens, such as OPT's 2M tokens on 992 GPUs) is predicted with the nearest multiple and
+    its measured time scaled by the same ratio, i.e. compared at the measured throughput."""
+    step = dp * micro_batch
+    if global_batch % step == 0:
+        return global_batch, []
+    used = max(step, round(global_batch / step) * step)
+    return used, [f"global_batch {used} instead of {global_batch} (not a multiple of micro_batch·dp = {step}); the "
+                  f"measured time scaled by {used}/{global_batch}, i.e. compared at the measured throughput"]
+
+
 def _measured_column(row: pd.Series) -> str:
     return next((c for c in MEASURED_COLUMNS if _text(row, c) is not None), "no measured column")
 
@@ -445,8 +459,10 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     par, par_notes = row_parallelism(row, model.num_layers, sp_default, notes, stated, framework)
     num_gpus = _required_int(row, "num_gpus")
     dp = par.dp or max(1, num_gpus // (par.tp * par.pp * par.cp))
-    local = _required_int(row, "global_batch") // dp
-    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, local)
+    stated_batch = _required_int(row, "global_batch")
+    batch, batch_notes = whole_batch(stated_batch, dp, _int(row, "micro_batch") or stated.get("micro_batch") or 1)
+    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, batch // dp, batch)
+    tr_notes += batch_notes
 
     def build(tr: Training) -> Job:
         return Job(model=model, system=system, parallelism=par, training=tr, num_gpus=num_gpus, framework=framework)
@@ -455,7 +471,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     free_mbs = d["micro_batch"] == LOCAL_BATCH and _int(row, "micro_batch") is None and "micro_batch" not in stated
     job, tr_notes = fitting_job(build, training, tr_notes, free_recompute, free_mbs)
     eq3 = job.training.recompute_granularity != "none" if reports_eq3(framework.name, framework.label) else None
-    measured = measured_iteration_time(row, model, system, training.precision, eq3)
+    measured = measured_iteration_time(row, model, system, training.precision, eq3) * batch / stated_batch
     if training.zero_stage is None:
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,
