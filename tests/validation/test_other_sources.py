@@ -164,6 +164,10 @@ def test_empty_cells_take_the_framework_defaults(tmp_path):
     ({"recompute": "Selective"}, "recompute_granularity", "selective"),
     ({"precision": "FP8 (MXFP8)", "gpu": "B200"}, "fp8_recipe", "mxfp8"),
     ({"precision": "bfloat16"}, "precision", "bf16"),
+    ({"precision": "Float8 (rowwise)", "source": "torchtitan"}, "precision", "fp8"),
+    ({"precision": "FP8 E4M3 (hybrid)"}, "precision", "fp8"),
+    ({"precision": "AMP", "source": "Megatron-LM 2021"}, "precision", "fp16"),  # the framework's default 16-bit type
+    ({"precision": "mixed precision", "source": "NeMo"}, "precision", "bf16"),
 ])
 def test_cells_written_in_words(tmp_path, cells, field, expected):
     assert getattr(one(tmp_path, **cells).job.training, field) == expected

@@ -178,9 +178,13 @@ def _fp8_recipe(row: pd.Series) -> Fp8Recipe | None:
     return next((r for r in _FP8_RECIPES if r in low), None)
 
 
+#: Precision cell: the first keyword found (case-insensitive) gives the training precision (torchtitan and
+#: torchao write FP8 as float8; Transformer Engine's formats are e4m3/hybrid).
 _PRECISION: tuple[tuple[str, Precision], ...] = (
-    ("fp8", "fp8"), ("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16"), ("float16", "fp16"), ("fp32", "fp32"),
-    ("tf32", "fp32"))
+    ("fp8", "fp8"), ("float8", "fp8"), ("e4m3", "fp8"), ("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16"),
+    ("float16", "fp16"), ("fp32", "fp32"), ("float32", "fp32"), ("tf32", "fp32"))
+#: A cell that says mixed precision without naming the 16-bit type ("AMP", "mixed"): the framework's default.
+_MIXED_UNNAMED = re.compile(r"\bamp\b|mixed", re.IGNORECASE)
 
 
 def _precision(row: pd.Series) -> Precision | None:
@@ -191,6 +195,8 @@ def _precision(row: pd.Series) -> Precision | None:
     for key, value in _PRECISION:
         if key in low:
             return value
+    if _MIXED_UNNAMED.search(s):
+        return None  # the framework's default 16-bit type, noted as such
     raise RowError(f"precision: {s!r} is not fp32, fp16, bf16 or fp8")
 
 
