@@ -189,7 +189,7 @@ def test_gpt_presets_under_nemo_train_without_dropout(tmp_path):
 
 def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
     cells = {"source": "Megatron-Core 2024", "model": "GPT 6.7B", "L": 32, "h": 4096, "heads": 32, "seq": 4096,
-             "global_batch": 256, "tp": 2}
+             "global_batch": 256, "tp": 2, "zero": "none"}  # stated: no distributed optimizer to turn on first
     assert one(tmp_path, **cells, micro_batch=1).job.training.recompute_granularity == "none"  # fits without
     m = one(tmp_path, **cells, micro_batch=4)  # does not fit without recomputation: the run ran, so it recomputed
     assert m.job.training.recompute_granularity == "full"
@@ -198,6 +198,8 @@ def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
     assert old.job.training.recompute_granularity == "selective"
     stated = one(tmp_path, **cells, micro_batch=4, recompute="none")  # a stated value is never changed
     assert stated.job.training.recompute_granularity == "none"
+    free = one(tmp_path, **(cells | {"zero": None}), micro_batch=4)  # unstated: the distributed optimizer comes first
+    assert free.job.training.zero_stage == 1 and free.job.training.recompute_granularity == "none"
 
 
 def test_unstated_micro_batch_is_the_local_batch_for_sharded_and_hf_stacks(tmp_path):
@@ -515,3 +517,17 @@ def test_global_batch_not_a_multiple_of_dp_is_compared_at_the_measured_throughpu
     assert any("global_batch 64 instead of 62" in a for a in odd.assumptions)
     even = one(tmp_path, global_batch=64, num_gpus=8, **cells)
     assert even.measured_iter_s == pytest.approx(2.0) and not any("instead of" in a for a in even.assumptions)
+
+
+def test_unstated_zero_turns_on_the_distributed_optimizer_only_when_the_run_would_not_fit(tmp_path):
+    """A run that ran fit: with the optimizer states replicated a 13B model on 8 H100s cannot, so the unstated
+    stage becomes Megatron's distributed optimizer (it costs no compute, recomputation comes after it)."""
+    big = {"model": "GPT 13B", "L": 40, "h": 5120, "heads": 40, "source": "Megatron-Core scaling", "num_gpus": 8,
+           "global_batch": 16}
+    m = one(tmp_path, **big)
+    assert m.job.training.zero_stage == 1
+    assert any(a.startswith("zero 1 (unstated") for a in m.assumptions)
+    stated = one(tmp_path, **big, zero="none")  # a stated stage is kept, even when it does not fit
+    assert stated.job.training.zero_stage == 0
+    small = one(tmp_path, source="Megatron-Core scaling")  # 1.3B fits with the profile's default
+    assert small.job.training.zero_stage == 0 and any("profile's default stage" in a for a in small.assumptions)

@@ -407,15 +407,42 @@ def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job
     return job, None
 
 
-def fitting_job(build: Callable[[Training], Job], training: Training, notes: list[str], free_recompute: bool,
-                free_mbs: bool) -> tuple[Job, list[str]]:
-    """The row's job with its unstated choices made so that it fits in memory (the run ran): the lightest
-    recomputation (:func:`recompute_that_fits`) and, for the stacks that run the local batch at once, the largest
-    micro-batch that divides it (halving from the local batch)."""
+def sharded_optimizer_if_needed(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:
+    """An unstated ZeRO stage: the profile's default when the job fits; else, where that default keeps the optimizer
+    states replicated, the distributed optimizer (ZeRO-1: Megatron's ``--use-distributed-optimizer``, DeepSpeed
+    stage 1) when the engine offers it for the plan — it costs no compute, so a run short of memory turns it on
+    before recomputing. Kept when it helps even if the job still does not fit (recomputation comes next)."""
     from trainsim.predictor import memory_report
+
+    fw, par = job.framework, job.parallelism
+    allowed = fw.max_zero_stage_with_pp if par.pp > 1 else fw.max_zero_stage
+    if (job.training.zero_stage or 0) >= 1 or allowed < 1 or job.dp < 2:
+        return job, None
+    before = memory_report(job)
+    if before.fits:
+        return job, None
+    candidate = build(job.training.replace(zero_stage=1))
+    after = memory_report(candidate)
+    if after.peak_bytes >= before.peak_bytes:
+        return job, None
+    return candidate, "zero 1 (unstated; the distributed optimizer, without which the run would not fit in memory)"
+
+
+def fitting_job(build: Callable[[Training], Job], training: Training, notes: list[str], free_recompute: bool,
+                free_mbs: bool, free_zero: bool = False) -> tuple[Job, list[str]]:
+    """The row's job with its unstated choices made so that it fits in memory (the run ran): the distributed
+    optimizer (:func:`sharded_optimizer_if_needed`), the lightest recomputation (:func:`recompute_that_fits`) and,
+    for the stacks that run the local batch at once, the largest micro-batch that divides it (halving from the
+    local batch)."""
+    from trainsim.predictor import memory_report
+
+    zero_note: list[str] = []
 
     def settle(tr: Training) -> tuple[Job, str | None]:
         job = build(tr)
+        if free_zero:
+            job, why_zero = sharded_optimizer_if_needed(job, build)
+            zero_note[:] = [why_zero] if why_zero else []
         return recompute_that_fits(job, build) if free_recompute else (job, None)
 
     job, why = settle(training)
@@ -428,7 +455,7 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
                  if n.startswith("micro_batch ") else n for n in notes]
     if why is not None:
         notes = [why if n.startswith("recompute ") else n for n in notes]
-    return job, notes
+    return job, notes + zero_note
 
 
 def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, list[str]]:
@@ -475,10 +502,11 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
 
     free_recompute = _recompute(row) is None and "recompute" not in stated
     free_mbs = d["micro_batch"] == LOCAL_BATCH and _int(row, "micro_batch") is None and "micro_batch" not in stated
-    job, tr_notes = fitting_job(build, training, tr_notes, free_recompute, free_mbs)
+    job, tr_notes = fitting_job(build, training, tr_notes, free_recompute, free_mbs,
+                                free_zero=training.zero_stage is None)
     eq3 = job.training.recompute_granularity != "none" if reports_eq3(framework.name, framework.label) else None
     measured = measured_iteration_time(row, model, system, training.precision, eq3) * batch / stated_batch
-    if training.zero_stage is None:
+    if training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
