@@ -163,6 +163,12 @@ def test_empty_cells_take_the_framework_defaults(tmp_path):
     ({"recompute": "activation checkpointing"}, "recompute_granularity", "full"),
     ({"recompute": "Selective"}, "recompute_granularity", "selective"),
     ({"precision": "FP8 (MXFP8)", "gpu": "B200"}, "fp8_recipe", "mxfp8"),
+    ({"precision": "FP8-MX", "gpu": "B200"}, "fp8_recipe", "mxfp8"),  # NeMo performance-summary labels
+    ({"precision": "FP8-CS"}, "fp8_recipe", "tensorwise"),
+    ({"precision": "bf16_with_fp8_current_scaling_mixed"}, "fp8_recipe", "tensorwise"),  # Megatron-Bridge
+    ({"precision": "fp8 delayed scaling"}, "fp8_recipe", "delayed"),
+    ({"precision": "Float8 rowwise", "source": "torchtitan"}, "fp8_recipe", "blockwise"),
+    ({"precision": "FP8"}, "fp8_recipe", None),
     ({"precision": "bfloat16"}, "precision", "bf16"),
     ({"precision": "Float8 (rowwise)", "source": "torchtitan"}, "precision", "fp8"),
     ({"precision": "FP8 E4M3 (hybrid)"}, "precision", "fp8"),

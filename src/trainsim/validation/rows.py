@@ -100,7 +100,16 @@ _RECOMPUTE: tuple[tuple[str, Recompute], ...] = (
 _SHARD_WORDS: tuple[tuple[str, int], ...] = (
     (r"shard_grad_op", 2), (r"fsdp|full_shard|fully_shard|hsdp|hybrid_shard", 3),
     (r"distributed[\s_-]*optimi[sz]er|dist[\s_-]*opt", 1))
-_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("mxfp8", "blockwise", "tensorwise", "delayed")
+#: FP8 scaling recipe named in a precision cell (first match wins): the recipe names, NeMo's performance-summary labels
+#: (FP8-MX, FP8-CS, FP8-DS, FP8-SS), Megatron-Bridge's recipe names (..._mxfp8_..., fp8_current_scaling,
+#: fp8_delayed_scaling, fp8_subchannel_scaling) and torchao's (rowwise and tensorwise scaling: rowwise scales per
+#: row, priced as the block recipe).
+_FP8_RECIPES: tuple[tuple[str, Fp8Recipe], ...] = (
+    (r"mxfp8|fp8[-_ ]?mx\b|\bmx\b", "mxfp8"),
+    (r"blockwise|block[-_ ]?scal|sub[-_ ]?channel|fp8[-_ ]?ss\b|fp8[-_ ]?sb\b|rowwise|row[-_ ]?wise", "blockwise"),
+    (r"tensorwise|tensor[-_ ]?wise|current[-_ ]?scaling|fp8[-_ ]?cs\b", "tensorwise"),
+    (r"delayed|fp8[-_ ]?ds\b", "delayed"),
+)
 
 
 def row_defaults(framework: str) -> dict[str, Any]:
@@ -174,8 +183,8 @@ def _zero(row: pd.Series) -> int | None:
 
 def _fp8_recipe(row: pd.Series) -> Fp8Recipe | None:
     """The FP8 scaling recipe named in the precision cell (mxfp8, blockwise, tensorwise, delayed), if any."""
-    low = (_text(row, "precision") or "").lower()
-    return next((r for r in _FP8_RECIPES if r in low), None)
+    text = _text(row, "precision") or ""
+    return next((r for pattern, r in _FP8_RECIPES if re.search(pattern, text, re.IGNORECASE)), None)
 
 
 #: Precision cell: the first keyword found (case-insensitive) gives the training precision (torchtitan and
