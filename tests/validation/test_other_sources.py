@@ -71,6 +71,9 @@ def one(tmp_path, **cells: object):
     ("Megatron-LM benchmark 2023", "--use-mcore-models", "megatron-core"),
     ("Megatron-Core scaling 2023", "", "megatron-core"),
     ("Megatron-LM (no year)", "", "megatron-core"),
+    ("Megatron-LM README 2024", "--use-legacy-models", "megatron-lm-2021@3.0"),
+    # vTrain (MICRO 2024) measured Megatron-LM's legacy layers (its model code: FusedScaleMaskSoftmax, apex LayerNorm)
+    ("vTrain (Bang et al., MICRO 2024) multi-node validation", "", "megatron-lm-2021@3.0"),
     ("a blog", "run with NeMo 24.12", "nemo"),  # notes when the source names nothing
     ("Megatron-DeepSpeed", "compared with NeMo", "megatron-deepspeed"),  # source before notes
 ])
@@ -96,6 +99,7 @@ def test_fp8_megatron_lm_run_is_on_transformer_engine_whatever_its_year():
     assert infer_framework(None, "Megatron-LM 2021", "", fp8=True)[0] == "megatron-lm-2021"  # no FP8 then anyway
     # a framework written in words takes the year from the source
     assert infer_framework("Megatron-LM", "A cluster study (2023)", "")[0] == "megatron-lm-2021@3.0"
+    assert infer_framework("Megatron-LM", "vTrain (MICRO 2024) validation runs", "")[0] == "megatron-lm-2021@3.0"
 
 
 def test_legacy_megatron_row_reads_flash_attention_and_fp8_from_the_row(tmp_path):

@@ -573,8 +573,9 @@ def generic_rules_lines() -> list[str]:
         "",
         "  `megatron-by-year`: the first year in the text, 2021 or earlier → `megatron-lm-2021`; 2022 and 2023 →",
         "  `megatron-lm-2021@3.0` (the legacy `megatron/model` code with its fused kernels and the asynchronous",
-        "  input-gradient all-reduce, Megatron-LM's default until Megatron-Core models became it in 2024) unless",
-        "  the row runs FP8 or names Transformer Engine or `--use-mcore-models`; else `megatron-core`.",
+        "  input-gradient all-reduce, Megatron-LM's default until Megatron-Core models became it in 2024; also for",
+        "  rows naming `--use-legacy-models` or vTrain, whose validation runs used these layers) unless the row",
+        "  runs FP8 or names Transformer Engine or `--use-mcore-models`; else `megatron-core`.",
         f"  No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
         "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
         + ", ".join(f"`{name}`" for name in notes_flag_names()),

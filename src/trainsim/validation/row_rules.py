@@ -12,8 +12,9 @@ DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper (``meta-llam
 ``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers, Megatron-Core /
 MCore named as such (``megatron-core``), Megatron-LM (by the first year in the text: 2021 or earlier is
 ``megatron-lm-2021``; 2022 and 2023 ``megatron-lm-2021@3.0``, the legacy ``megatron/model`` code path that Megatron-LM
-ran by default until Megatron-Core models became its default in 2024, unless the row runs FP8 or names Transformer
-Engine or ``--use-mcore-models``, which only Megatron-Core provides; else ``megatron-core``). Entries whose profile is
+ran by default until Megatron-Core models became its default in 2024 - as do rows naming ``--use-legacy-models`` or
+vTrain, whose runs used those layers - unless the row runs FP8 or names Transformer Engine or ``--use-mcore-models``,
+which only Megatron-Core provides; else ``megatron-core``). Entries whose profile is
 not shipped are skipped. No match: the default stack ``megatron-core``, reported as a fallback.
 
 **System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
@@ -41,6 +42,11 @@ MEGATRON_LEGACY_LAST_YEAR = 2023
 #: Text that says a Megatron-LM run used Megatron-Core's Transformer Engine layers whatever its year (``--fp8-format``
 #: needs ``--transformer-impl transformer_engine``).
 _MCORE_STATED = re.compile(r"transformer[-_ ]?engine|--use-mcore-models|\bte\b", re.IGNORECASE)
+#: Text that says a Megatron-LM run used the legacy ``megatron/model`` layers whatever its year: Megatron-LM's
+#: ``--use-legacy-models`` (2024 on), or a vTrain measurement (Bang et al., MICRO 2024: its simulator's model code,
+#: ``src/model/gpt_modeling.py``, is Megatron-LM's legacy GPT layer - apex MixedFusedLayerNorm, baddbmm +
+#: FusedScaleMaskSoftmax + dropout + bmm, jit bias-GeLU and bias-dropout-add - the code its runs were validated on).
+_LEGACY_STATED = re.compile(r"--use-legacy-models|\bvtrain\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,8 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
     FrameworkRule("Megatron-Core, MCore", r"megatron[-_ ]?core|\bmcore\b", "megatron-core"),
     FrameworkRule("Megatron-LM", r"megatron[-_ ]?lm", "megatron-by-year"),
+    # vTrain's measurements (MICRO 2024) ran Megatron-LM's legacy layers (see _LEGACY_STATED)
+    FrameworkRule("vTrain (Megatron-LM runs)", r"\bvtrain\b", "megatron-by-year"),
 )
 FALLBACK_FRAMEWORK = "megatron-core"
 _YEAR = re.compile(r"(?<!\d)(20[0-3]\d)(?!\d)")
@@ -87,7 +95,8 @@ def megatron_by_year(text: str, fp8: bool = False) -> str:
     year = int(found.group(1)) if found else None
     if year is not None and year <= MEGATRON_2021_LAST_YEAR:
         return "megatron-lm-2021"
-    if year is not None and year <= MEGATRON_LEGACY_LAST_YEAR and not fp8 and not _MCORE_STATED.search(text):
+    legacy = (year is not None and year <= MEGATRON_LEGACY_LAST_YEAR) or _LEGACY_STATED.search(text) is not None
+    if legacy and not fp8 and not _MCORE_STATED.search(text):
         return "megatron-lm-2021@3.0"
     return "megatron-core"
 
