@@ -107,3 +107,38 @@ def test_parse_maps_onto_job_options():
 def test_predict_help_is_help_not_a_megatron_flag(capsys):
     code, out, err = run(["predict", "--help"], capsys)
     assert code == 0 and "--tensor-model-parallel-size" in out, err
+
+
+def test_2021_script_with_quoted_options_and_srun_sh_c(capsys):
+    """NVIDIA's 2021 layout: options in one string, the command in ``run_cmd``, launched by ``srun ... sh -c``;
+    checkpointing by ``--activations-checkpoint-method``, the vocabulary from the GPT-2 tokenizer files,
+    ``--rampup-batch-size`` with its three values."""
+    script = SCRIPT.parent / "gpt3_2021_srun.sh"
+    d = _predict(["predict", "--megatron-args", str(script), "-s", "dgx-a100", "-n", "128",
+                  "--framework", "megatron-lm-2021", "--json"], capsys)
+    j = d["job"]
+    assert (j["tp"], j["pp"], j["global_batch_size"], j["precision"]) == (8, 4, 512, "fp16")
+    assert j["recompute_granularity"] == "full"
+    assert j["model"]["vocab_size"] == 50257  # GPT2BPETokenizer, pretrain_gpt.py's default with --merge-file
+    meg = d["megatron_args"]
+    assert meg["unrecognised"] == []  # '32 2000000' belong to --rampup-batch-size, '$@' is the script's own args
+    assert any("vocab size 50257" in n for n in meg["notes"])
+
+
+@pytest.mark.parametrize(("flags", "vocab"), [
+    (["--tokenizer-type", "GPT2BPETokenizer"], 50257),
+    (["--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "/m/tokenizer.model"], 32000),
+    (["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "meta-llama/Meta-Llama-3-8B"], 128256),
+    (["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/models/my-tokenizer"], None),
+    (["--tokenizer-type", "GPT2BPETokenizer", "--vocab-size", "1000"], 1000),  # stated wins
+])
+def test_vocabulary_from_the_tokenizer(flags, vocab):
+    a = parse_megatron_args(flags)
+    assert a.options.get("vocab_size") == vocab
+
+
+def test_old_checkpointing_flags():
+    assert parse_megatron_args(["--checkpoint-activations"]).options["recompute_granularity"] == "full"
+    a = parse_megatron_args(["--activations-checkpoint-method", "block", "--activations-checkpoint-num-layers", "2"])
+    assert a.options["recompute_granularity"] == "full" and a.recompute_method == "block"
+    assert a.options["recompute_num_layers"] == 2

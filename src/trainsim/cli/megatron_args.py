@@ -71,6 +71,14 @@ def _recompute_method(a: MegatronArgs, v: str | None) -> None:
     a.recompute_method = v
 
 
+def _checkpoint_activations(a: MegatronArgs, v: str | None) -> None:
+    """Megatron-LM 2021-22: ``--checkpoint-activations`` or ``--activations-checkpoint-method uniform|block`` turn on
+    full-layer checkpointing (renamed ``--recompute-granularity full --recompute-method`` in 2022)."""
+    a.options["recompute_granularity"] = "full"
+    if v is not None:
+        _recompute_method(a, v)
+
+
 def _int_value(flag: str, v: str | None) -> int:
     try:
         return int(str(v))
@@ -109,6 +117,22 @@ def _note(text: str) -> Handler:
     return h
 
 
+#: Vocabulary of a tokenizer when the command line gives no --vocab-size (Megatron reads it from the tokenizer):
+#: GPT2BPETokenizer is the GPT-2 BPE (gpt2-vocab.json, 50,257 tokens; pretrain_gpt.py's default tokenizer type when
+#: --vocab-file/--merge-file are given), Llama2Tokenizer the Llama 2 SentencePiece model (32,000); a Hugging Face
+#: --tokenizer-model is matched by name (Llama 3: 128,256 as its config.json; Llama 2: 32,000; GPT-2: 50,257).
+TOKENIZER_VOCAB: tuple[tuple[str, int], ...] = (
+    (r"^gpt2bpetokenizer$", 50257), (r"^llama2tokenizer$", 32000),
+    (r"llama[-_ ]?3|llama-3", 128256), (r"llama[-_ ]?2", 32000), (r"(^|/)gpt2$", 50257),
+)
+
+
+def _tokenizer(key: str) -> Handler:
+    def h(a: MegatronArgs, v: str | None) -> None:
+        a.training[key] = v if v is not None else True
+    return h
+
+
 #: Megatron flags beyond the job options (spellings with a rule of their own: the job options themselves come from
 #: the spec fields' flags): flag → (takes a value, handler).
 EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
@@ -123,11 +147,20 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--train-samples": (True, _train_samples),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),
     "--moe-grouped-gemm": (False, _note("--moe-grouped-gemm: expert GEMMs are modelled one per expert")),
+    "--checkpoint-activations": (False, _checkpoint_activations),
+    "--activations-checkpoint-method": (True, _checkpoint_activations),
+    "--activations-checkpoint-num-layers": (True, lambda a, v: a.options.__setitem__(
+        "recompute_num_layers", _int_value("--activations-checkpoint-num-layers", v))),
+    "--checkpoint-num-layers": (True, lambda a, v: a.options.__setitem__(
+        "recompute_num_layers", _int_value("--checkpoint-num-layers", v))),
+    "--tokenizer-type": (True, _tokenizer("_tokenizer_type")),
+    "--tokenizer-model": (True, _tokenizer("_tokenizer_model")),
+    "--merge-file": (True, _tokenizer("_merge_file")),
 }
 
 #: Flags known not to change time, memory or cost (their value, if any, is skipped).
 IGNORED_FLAGS = frozenset({
-    "--weight-decay", "--clip-grad", "--split", "--vocab-file", "--merge-file", "--mock-data", "--distributed-backend",
+    "--weight-decay", "--clip-grad", "--split", "--vocab-file", "--mock-data", "--distributed-backend",
     "--distributed-timeout-minutes", "--dataloader-type", "--num-workers", "--use-mcore-models",
     "--rotary-base", "--rotary-percent", "--rotary-seq-len-interpolation-factor", "--rope-scaling-factor",
     "--use-rope-scaling", "--use-rotary-position-embeddings", "--norm-epsilon", "--apply-query-key-layer-scaling",
@@ -212,6 +245,9 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if flag in EXTRA_FLAGS:
             takes, handler = EXTRA_FLAGS[flag]
             handler(out, value(takes, flag, inline))
+            # further values belong to it too (Megatron has no positional arguments: --rampup-batch-size 16 16 N)
+            while takes and inline is None and i < len(tokens) and not _is_flag(tokens[i]):
+                i += 1
             continue
         # not a flag trainsim models: skip its values (Megatron has no positional arguments, e.g. --data-path W1 P1)
         while inline is None and i < len(tokens) and not _is_flag(tokens[i]):
@@ -233,6 +269,27 @@ def _resolve(a: MegatronArgs) -> None:
         a.options.pop("num_query_groups")
     if a.options.get("fp8") and a.options.get("bf16"):
         a.options["bf16"] = False
+    kind = a.training.pop("_tokenizer_type", None)
+    name = a.training.pop("_tokenizer_model", None)
+    merges = a.training.pop("_merge_file", None)
+    if "vocab_size" not in a.options:
+        vocab = tokenizer_vocab(kind, name, merges is not None)
+        if vocab is not None:
+            a.options["vocab_size"] = vocab
+            source = kind or name or "GPT2BPETokenizer: --merge-file"
+            a.notes.append(f"vocab size {vocab} from the tokenizer ({source})")
+
+
+def tokenizer_vocab(kind: str | None, model: str | None, merge_file: bool) -> int | None:
+    """Vocabulary size of a Megatron tokenizer (:data:`TOKENIZER_VOCAB`), ``None`` when not known."""
+    if kind is None and merge_file:
+        kind = "GPT2BPETokenizer"  # pretrain_gpt.py's args_defaults
+    for text in (kind, model):
+        if isinstance(text, str):
+            hit = next((v for pattern, v in TOKENIZER_VOCAB if re.search(pattern, text.lower())), None)
+            if hit is not None:
+                return hit
+    return None
 
 
 def merge_into_options(given: dict[str, Any], a: MegatronArgs, gpus: int | None = None) -> dict[str, Any]:
@@ -383,7 +440,7 @@ def read_launch_script(path: str | Path) -> tuple[list[str], int | None]:
             env[m.group(1)] = " ".join(shlex.quote(w) for w in words) if value != m.group(2).strip() or \
                 len(words) != 1 else words[0]
             continue
-        tokens = _split(_expand(line, env), str(p))
+        tokens = _inline_commands(_split(_expand(line, env), str(p)), str(p))
         if not tokens:
             continue
         entry = next((k for k, t in enumerate(tokens) if _ENTRY.search(t)), None)
@@ -399,10 +456,24 @@ def read_launch_script(path: str | Path) -> tuple[list[str], int | None]:
                         "the script needs a 'torchrun ... pretrain_gpt.py ARGS' line, or give a file of arguments")
 
 
+def _inline_commands(tokens: list[str], origin: str) -> list[str]:
+    """Tokens with a quoted command line opened up: ``srun ... sh -c "python pretrain_gpt.py ARGS"`` (NVIDIA's
+    ``examples/pretrain_gpt3_175B.sh`` builds ``run_cmd`` and runs it so), ``bash -c '...'``, ``eval "$CMD"``."""
+    out: list[str] = []
+    for t in tokens:
+        if any(c.isspace() for c in t) and any(_ENTRY.search(w) for w in t.split()):
+            out += _split(t, origin)
+        else:
+            out.append(t)
+    return out
+
+
 def _words(tokens: list[str]) -> list[str]:
     """Split tokens that still hold several flags (a quoted ``"$ARGS"``), as Megatron's argparse would see them."""
     out: list[str] = []
     for t in tokens:
+        if t in ("$@", "$*", '"$@"'):  # the script's own arguments: none when it is read here
+            continue
         out += t.split() if t.startswith("--") and any(c.isspace() for c in t) else [t]
     return out
 
