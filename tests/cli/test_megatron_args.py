@@ -142,3 +142,18 @@ def test_old_checkpointing_flags():
     a = parse_megatron_args(["--activations-checkpoint-method", "block", "--activations-checkpoint-num-layers", "2"])
     assert a.options["recompute_granularity"] == "full" and a.recompute_method == "block"
     assert a.options["recompute_num_layers"] == 2
+
+
+def test_megatron_deepspeed_flags_select_its_stack(capsys, tmp_path):
+    """``--deepspeed`` (Megatron-DeepSpeed's launch scripts: BLOOM, MT-NLG) runs the DeepSpeed engine: the script
+    selects the megatron-deepspeed profile unless --framework is given; --pad-vocab-size-to states the vocabulary."""
+    a = parse_megatron_args(["--deepspeed", "--deepspeed_config", "ds.json", "--zero-stage", "1",
+                             "--deepspeed-activation-checkpointing", "--pad-vocab-size-to", "250880"])
+    assert a.options["framework"] == "megatron-deepspeed" and a.options["vocab_size"] == 250880
+    assert a.unrecognised == []
+    path = tmp_path / "ds_args.txt"
+    path.write_text("--deepspeed --zero-stage 1 --micro-batch-size 2\n")
+    args = ["predict", "-m", "gpt3-1.7b", "-n", "8", "--gbs", "64", "--json", "--megatron-args", str(path)]
+    assert _predict(args, capsys)["job"]["framework"]["name"] == "megatron-deepspeed"
+    given = _predict([*args, "--framework", "megatron-core"], capsys)  # given to trainsim: wins
+    assert given["job"]["framework"]["name"] == "megatron-core"

@@ -112,10 +112,20 @@ def dimension_options() -> dict[str, str]:
     return {o.name: o.dimension for o in JOB_OPTIONS if o.dimension}
 
 
+#: Options with a default that a launch script may set (``--deepspeed`` selects Megatron-DeepSpeed): left unset on
+#: the command line unless given, the default applied where the job is built.
+SCRIPT_SETTABLE = frozenset({"framework"})
+
+
 def _parameter(opt: JobOption, as_text: bool) -> inspect.Parameter:
     if opt.kind is bool:
         annotation: Any = bool
         default = typer.Option(False, *opt.flags, help=opt.help, show_default=False, rich_help_panel=opt.panel)
+    elif opt.name in SCRIPT_SETTABLE and opt.default is not None:
+        # unset (None) unless given, so that a --megatron-args script can set it; the help shows the default
+        annotation = str | None
+        default = typer.Option(None, *opt.flags, help=opt.help, show_default=str(opt.default),
+                               rich_help_panel=opt.panel)
     else:
         annotation = str | None if as_text else opt.kind | None
         default = typer.Option(opt.default if not as_text or opt.default is None else str(opt.default),

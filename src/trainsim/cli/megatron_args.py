@@ -153,6 +153,15 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
         "recompute_num_layers", _int_value("--activations-checkpoint-num-layers", v))),
     "--checkpoint-num-layers": (True, lambda a, v: a.options.__setitem__(
         "recompute_num_layers", _int_value("--checkpoint-num-layers", v))),
+    # Megatron-DeepSpeed (BLOOM, MT-NLG): --deepspeed runs the DeepSpeed engine (its pipeline engine, ZeRO from
+    # --zero-stage); --deepspeed_config and the activation-checkpointing switches belong to it
+    "--deepspeed": (False, lambda a, v: a.options.__setitem__("framework", "megatron-deepspeed")),
+    "--deepspeed_config": (True, lambda a, v: None),
+    "--deepspeed-config": (True, lambda a, v: None),
+    "--deepspeed-activation-checkpointing": (False, lambda a, v: None),
+    # Megatron-DeepSpeed (BLOOM): the padded vocabulary, stated
+    "--pad-vocab-size-to": (True, lambda a, v: a.options.__setitem__(
+        "vocab_size", _int_value("--pad-vocab-size-to", v))),
     "--tokenizer-type": (True, _tokenizer("_tokenizer_type")),
     "--tokenizer-model": (True, _tokenizer("_tokenizer_model")),
     "--merge-file": (True, _tokenizer("_merge_file")),
