@@ -541,3 +541,16 @@ def test_unstated_zero_turns_on_the_distributed_optimizer_only_when_the_run_woul
     assert stated.job.training.zero_stage == 0
     small = one(tmp_path, source="Megatron-Core scaling")  # 1.3B fits with the profile's default
     assert small.job.training.zero_stage == 0 and any("profile's default stage" in a for a in small.assumptions)
+
+
+@pytest.mark.parametrize(("cells", "stage", "where"), [
+    ({"source": "DeepSpeed ZeRO-3 blog"}, 3, "source"),
+    ({"source": "DeepSpeed blog", "notes": "trained with ZeRO stage 2"}, 2, "notes"),
+    ({"source": "Megatron-DeepSpeed", "notes": "--zero-stage 1"}, 1, "notes"),
+    ({"source": "DeepSpeed ZeRO-3 blog", "zero": "1"}, 1, None),  # the cell wins
+])
+def test_zero_stage_named_in_the_text(tmp_path, cells, stage, where):
+    m = one(tmp_path, **cells)
+    assert m.job.training.zero_stage == stage
+    if where is not None:
+        assert f"zero {stage} (named in the {where})" in m.assumptions

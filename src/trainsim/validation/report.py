@@ -580,7 +580,8 @@ def generic_rules_lines() -> list[str]:
         "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
         + ", ".join(f"`{name}`" for name in notes_flag_names()),
         "  (`--overlap-param-gather` implies the distributed optimizer and `--tp-comm-overlap` sequence",
-        "  parallelism, as Megatron's `arguments.py` asserts).",
+        "  parallelism, as Megatron's `arguments.py` asserts); a ZeRO stage written in the notes or the source",
+        "  (`ZeRO-3`, `ZeRO stage 2`) fills an empty `zero` cell.",
         "- **Empty cells**: " + ", ".join(f"{k}={v}" for k, v in ROW_DEFAULTS.items()) + ";",
         f"  per framework: {fw_defaults}.",
         "  `zero`, the overlap flags, the gradient-reduce dtype and the attention path come from the profile",

@@ -178,6 +178,8 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),
     (r"--micro-batch-size[=\s]+(\d+)", "micro_batch", None),
+    (r"--zero-stage[=\s]+([0-3])\b", "zero", None),
+    (r"(?i)\bzero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", "zero", None),  # "ZeRO-3", "ZeRO stage 2"
 )
 
 
@@ -195,9 +197,15 @@ def notes_flags(notes: str) -> dict[str, Any]:
         if found is None or key in out:
             continue
         out[key] = value if value is not None else found.group(1)
-    if "micro_batch" in out:
-        out["micro_batch"] = int(out["micro_batch"])
+    for key in ("micro_batch", "zero"):
+        if key in out:
+            out[key] = int(out[key])
     return out
+
+
+def stated_zero(text: str) -> int | None:
+    """A ZeRO stage named in free text (a source such as "DeepSpeed ZeRO-3 blog"), else ``None``."""
+    return notes_flags(text).get("zero")
 
 
 # ---- GPUs ---------------------------------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ from trainsim.validation.row_rules import (
     infer_framework,
     notes_flags,
     reports_eq3,
+    stated_zero,
     system_for_gpu,
 )
 from trainsim.workload.fp8 import Fp8Recipe
@@ -491,6 +492,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     notes = _text(row, "notes") or ""
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
     stated = notes_flags(notes)
+    zero_in_source = stated_zero(_text(row, "source") or "") if "zero" not in stated else None
+    if zero_in_source is not None:  # "DeepSpeed ZeRO-3 ..." in the source: the stage the run used
+        stated["zero"] = zero_in_source
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
     fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8)
     framework = load_framework(fw_name)
@@ -515,7 +519,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
                                 free_zero=training.zero_stage is None)
     eq3 = job.training.recompute_granularity != "none" if reports_eq3(framework.name, framework.label) else None
     measured = measured_iteration_time(row, model, system, training.precision, eq3) * batch / stated_batch
-    if training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
+    if _zero(row) is None and "zero" in stated:
+        tr_notes.append(f"zero {stated['zero']} (named in the {'source' if zero_in_source is not None else 'notes'})")
+    elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
