@@ -554,3 +554,13 @@ def test_zero_stage_named_in_the_text(tmp_path, cells, stage, where):
     assert m.job.training.zero_stage == stage
     if where is not None:
         assert f"zero {stage} (named in the {where})" in m.assumptions
+
+
+@pytest.mark.parametrize(("notes", "path"), [
+    ('attn_implementation="eager", gradient checkpointing', "eager"),
+    ("attn_implementation=sdpa", "flash"),
+    ("FlashAttention-2", "flash"),
+])
+def test_hf_attention_implementation_in_the_notes(tmp_path, notes, path):
+    m = one(tmp_path, source="Hugging Face transformers Trainer", notes=notes, recompute="full")
+    assert m.job.attention_path == path

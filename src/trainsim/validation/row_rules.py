@@ -174,6 +174,10 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--recompute-activations\b", "recompute", "selective"),
     (r"--checkpoint-activations\b", "recompute", "full"),
     (r"--use-flash-attn\b", "attention", "flash"),  # legacy Megatron-LM (2023): FlashAttention in CoreAttention
+    # Hugging Face transformers: attn_implementation="eager" (the fp32 softmax chain on the s² scores; the default
+    # for Llama before SDPA) or "sdpa" / "flash_attention_2"
+    (r"(?i)attn_implementation\W*eager|\beager attention", "attention", "eager"),
+    (r"(?i)attn_implementation\W*(?:sdpa|flash_attention_2)|flash[-_ ]?attention[-_ ]?2", "attention", "flash"),
     (r"--fp8-format\b|--fp8\b", "precision", "fp8"),
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),
