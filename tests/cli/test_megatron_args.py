@@ -52,6 +52,8 @@ def test_flags_given_to_trainsim_override_the_script(capsys):
     (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"],
      lambda j: j["recompute_granularity"] == "full"),
     (["--lr", "3e-4", "--min-lr=3e-5", "--data-path", "a", "b", "--log-interval", "1"], lambda j: True),
+    (["--cp", "2", "--cp-comm-type", "a2a"], lambda j: j["framework"]["cp_comm_type"] == "a2a"),
+    (["--cp", "2", "--cp-comm-type", "all_gather"], lambda j: j["framework"]["cp_comm_type"] == "allgather"),
 ])
 def test_megatron_flags_on_the_command_line(flags, check, capsys):
     d = _predict([*BASE, *flags], capsys)
@@ -157,3 +159,12 @@ def test_megatron_deepspeed_flags_select_its_stack(capsys, tmp_path):
     assert _predict(args, capsys)["job"]["framework"]["name"] == "megatron-deepspeed"
     given = _predict([*args, "--framework", "megatron-core"], capsys)  # given to trainsim: wins
     assert given["job"]["framework"]["name"] == "megatron-core"
+
+
+@pytest.mark.parametrize(("flags", "field"), [
+    (["--cp", "2", "--cp-comm-type", "a2a+p2p"], "framework.cp_comm_type"),  # hierarchical: not modelled
+    (["--cp", "3", "-n", "24", "--cp-comm-type", "a2a"], "framework.cp_comm_type"),  # 32 heads over cp 3
+])
+def test_cp_comm_types_not_modelled_are_one_line_errors(flags, field, capsys):
+    code, _, err = run([*BASE, *flags], capsys)
+    check_one_line_error(code, err, field)

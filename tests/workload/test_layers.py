@@ -41,6 +41,22 @@ def test_context_parallel_adds_a_kv_ring():
     assert ring[0].nbytes == 3 * 2 * (8192 // 4) * 8 * 128 * 2  # (cp-1) blocks of K and V
 
 
+def test_all_to_all_context_parallel_exchanges_heads_for_the_sequence():
+    """--cp-comm-type a2a (Ulysses): Q/K/V in and the output back, each an all-to-all of the local sequence shard;
+    the attention runs the whole sequence for heads/cp heads - the same attention FLOPs as the ring."""
+    m = load_model("llama3-8b")
+    ring = layer_work(m, Shard(micro_batch=1, seq=8192, tp=1, cp=4, attention="flash"))
+    a2a = layer_work(m, Shard(micro_batch=1, seq=8192, tp=1, cp=4, attention="flash", cp_comm="a2a"))
+    ops = [c for c in a2a.comm_fwd + a2a.comm_bwd if c.group == "cp"]
+    assert [c.collective for c in ops] == ["all_to_all"] * 4
+    d, heads, groups = m.head_dim, m.num_attention_heads, m.query_groups
+    assert ops[0].nbytes == (8192 // 4) * (heads + 2 * groups) * d * 2  # Q, K, V of the local tokens, bf16
+    assert ops[1].nbytes == (8192 // 4) * heads * d * 2
+    attn = next(o for o in a2a.fwd if o.kind == "attention")
+    assert attn.attn is not None and attn.attn[1] == heads // 4 and attn.attn[2] == 8192
+    assert _gemm_flops(a2a.fwd) == _gemm_flops(ring.fwd)
+
+
 def test_fp8_linears_quantize_their_output_gradients_in_backward():
     """Transformer Engine casts every FP8 linear's grad_output (with its transpose) before the dgrad/wgrad GEMMs: one
     backward cast per linear, sized by the linear's output, priced with the recipe's bytes per element."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainsim.errors import TrainsimError
 from trainsim.spec.base import Spec
@@ -38,7 +38,7 @@ GradReduceDtype = Literal["fp32", "param"]
 GatherGranularity = Literal["layer", "module"]
 ModuleLayout = Literal["transformers", "megatron"]
 BackwardPrefetch = Literal["pre", "post", "none"]
-CPCommType = Literal["p2p", "allgather"]
+CPCommType = Literal["p2p", "allgather", "a2a"]
 ShardingStrategy = Literal["full", "hybrid"]
 DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "fsdp1", "fsdp2", "megatron-fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
@@ -206,10 +206,14 @@ class Framework(Spec, frozen=True):
                     "parallelism on whenever tp > 1); else --sequence-parallel is the user's choice")
     supports_cp: bool = Field(description="context parallelism")
     supports_ep: bool = Field(description="expert parallelism")
-    cp_comm_type: CPCommType | None = Field(
+    cp_comm_type: Annotated[CPCommType | None, Flag(
+        "--cp-comm-type", help="context-parallel attention communication: p2p (ring), all_gather or a2a "
+                               "(Ulysses all-to-all)")] = Field(
         default=None, description="context-parallel attention communication (Megatron's --cp-comm-type): p2p (ring: "
-                                  "K/V blocks passed under the attention kernel) or allgather (K/V all-gathered "
-                                  "before the attention and dK/dV reduce-scattered after it, exposed); None: p2p")
+                                  "K/V blocks passed under the attention kernel), allgather (K/V all-gathered "
+                                  "before the attention and dK/dV reduce-scattered after it, exposed) or a2a "
+                                  "(DeepSpeed-Ulysses: Q/K/V and the output all-to-all'ed between sequence and "
+                                  "head shards around the attention, exposed); None: p2p")
     # ---- pipeline ------------------------------------------------------------------------------------------------
     pipeline_engine: PipelineEngine = Field(description="pipeline engine (none: no pipelining offered)")
     pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")
@@ -244,6 +248,18 @@ class Framework(Spec, frozen=True):
     nccl_bytes_per_group: float = Field(ge=0, description="NCCL buffers per communicator")
     allocator_fragmentation: float = Field(ge=0, le=1, description="caching-allocator reserve, fraction of "
                                                                    "dynamic memory")
+
+    @field_validator("cp_comm_type", mode="before")
+    @classmethod
+    def _cp_comm_spelling(cls, value: Any) -> Any:
+        """Megatron's spellings: ``all_gather`` is ``allgather``; the hierarchical ``a2a+p2p`` is not modelled."""
+        if isinstance(value, str):
+            key = value.strip().lower().replace("-", "_")
+            if key == "a2a+p2p":
+                raise ValueError("a2a+p2p (hierarchical context parallelism) is not modelled: use a2a, p2p or "
+                                 "all_gather")
+            return {"all_gather": "allgather"}.get(key, key)
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Framework:

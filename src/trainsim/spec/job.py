@@ -261,6 +261,14 @@ def validate_job(job: Job) -> None:
             f"{m.num_experts} experts are not divisible by ep = {ep}",
             "choose ep dividing the number of experts",
         )
+    # all-to-all context parallelism hands each CP rank heads/(tp·cp) heads (Transformer Engine asserts it)
+    if cp > 1 and job.framework.cp_comm_type == "a2a" and (m.num_attention_heads // max(tp, 1)) % cp:
+        raise TrainsimError(
+            "framework.cp_comm_type",
+            f"a2a context parallelism splits the {m.num_attention_heads // max(tp, 1)} heads of a tensor-parallel "
+            f"rank over cp = {cp}, which does not divide them",
+            "choose cp dividing heads/tp, or --cp-comm-type p2p",
+        )
     # tensor parallelism vs heads
     if m.num_attention_heads % tp:
         raise TrainsimError(

@@ -64,7 +64,7 @@ class Shard:
     summa: bool = False  # 2D tensor parallelism: linear layers on a tp_rows × tp/tp_rows SUMMA grid
     tp_rows: int = 1
     summa_blocks: int = 1
-    cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel) or allgather (exposed)
+    cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel), allgather or a2a (exposed)
     async_tp: bool = True  # backward TP collectives of column-parallel linears under the wgrad/dgrad GEMMs
     selective: SelectiveRecompute = "core_attention"  # what "selective" recomputes: Megatron's core attention or
     # torchtitan's op-level checkpointing ("op")
@@ -376,12 +376,14 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
             rf, rb = fz.rope_bytes(shard.fusion, e)
             fwd.append(_ew(shard, "rope", "fwd", rf * n, 3.0 * n))
             bwd.append(_ew(shard, "rope_grad", "bwd", rb * n, 3.0 * n))
+    # all-to-all CP (Ulysses): the attention runs on the whole sequence for heads/cp of the local heads
+    a2a = cp > 1 and shard.cp_comm == "a2a"
     if shard.attention == "flash":
         # sliding-window / chunked layers: the keys actually attended, averaged over the layers
-        seq_q, seq_kv = s // cp, (max(1, round(s * model.attention_span(s))) if model.causal else s)
+        seq_q, seq_kv = (s if a2a else s // cp), (max(1, round(s * model.attention_span(s))) if model.causal else s)
     else:
         seq_q = seq_kv = s  # the unfused path computes all s² scores (the causal mask does not save work)
-    core_fwd, core_bwd = core_attention(shard, model, b, heads, d, dt, seq_q, seq_kv)
+    core_fwd, core_bwd = core_attention(shard, model, b, heads // cp if a2a else heads, d, dt, seq_q, seq_kv)
     fwd += core_fwd
     bwd += core_bwd
     vd = model.v_dim
@@ -406,6 +408,16 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
         comm_fwd += (CommOp("cp_kv_allgather", "all_gather", Group.CP, "fwd", kv_all, behind=core_fwd[0]),)
         comm_bwd += (CommOp("cp_kv_regather", "all_gather", Group.CP, "bwd", kv_all, behind=core_bwd[0]),
                      CommOp("cp_dkv_reduce_scatter", "reduce_scatter", Group.CP, "bwd", kv_all, behind=core_bwd[-1]))
+    elif a2a:
+        # All-to-all CP (Megatron --cp-comm-type a2a, DeepSpeed-Ulysses): Q, K and V go from sequence shards to head
+        # shards before the attention and its output back after it; backward mirrors (dO in, dQ/dK/dV out). Each
+        # blocks the attention it feeds or follows (TE runs them on the compute stream's critical path).
+        qkv = b * (s // cp) * (heads + 2 * groups) * d * e
+        out = b * (s // cp) * heads * vd * e
+        comm_fwd += (CommOp("cp_qkv_all_to_all", "all_to_all", Group.CP, "fwd", qkv, behind=core_fwd[0]),
+                     CommOp("cp_out_all_to_all", "all_to_all", Group.CP, "fwd", out, behind=core_fwd[-1]))
+        comm_bwd += (CommOp("cp_dout_all_to_all", "all_to_all", Group.CP, "bwd", out, behind=core_bwd[0]),
+                     CommOp("cp_dqkv_all_to_all", "all_to_all", Group.CP, "bwd", qkv, behind=core_bwd[-1]))
     elif cp > 1:
         # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward), under the
         # fused attention kernel (at the end of the block on the unfused path)
