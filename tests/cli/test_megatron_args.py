@@ -53,6 +53,10 @@ def test_flags_given_to_trainsim_override_the_script(capsys):
      lambda j: j["recompute_granularity"] == "full"),
     (["--lr", "3e-4", "--min-lr=3e-5", "--data-path", "a", "b", "--log-interval", "1"], lambda j: True),
     (["--cp", "2", "--cp-comm-type", "a2a"], lambda j: j["framework"]["cp_comm_type"] == "a2a"),
+    (["--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion"],
+     lambda j: not (j["framework"]["fused_rope"] or j["framework"]["fused_bias_activation"]
+                    or j["framework"]["fused_bias_dropout_add"])),
+    (["--no-bias-gelu-fusion"], lambda j: j["framework"]["fused_bias_activation"] is False),
     (["--cp", "2", "--cp-comm-type", "all_gather"], lambda j: j["framework"]["cp_comm_type"] == "allgather"),
 ])
 def test_megatron_flags_on_the_command_line(flags, check, capsys):

@@ -86,9 +86,14 @@ class Framework(Spec, frozen=True):
     dropout: bool = Field(description="the model's dropout layers exist and run (hidden and attention dropout)")
     # ---- elementwise fusion --------------------------------------------------------------------------------------
     fused_norm: bool = Field(description="LayerNorm/RMSNorm as one kernel (else eager: fp32 upcast, mean, rsqrt...)")
-    fused_bias_activation: bool = Field(description="bias-GELU / SwiGLU as one kernel")
-    fused_bias_dropout_add: bool = Field(description="bias + dropout + residual add as one kernel")
-    fused_rope: bool = Field(description="rotary embedding as one kernel (else eager rotate_half chain)")
+    fused_bias_activation: Annotated[bool, Flag(
+        "--no-bias-swiglu-fusion", "--no-bias-gelu-fusion", const=False,
+        help="bias-GELU / SwiGLU as separate eager kernels")] = Field(description="bias-GELU / SwiGLU as one kernel")
+    fused_bias_dropout_add: Annotated[bool, Flag(
+        "--no-bias-dropout-fusion", const=False, help="bias, dropout and residual add as separate kernels")] = Field(
+        description="bias + dropout + residual add as one kernel")
+    fused_rope: Annotated[bool, Flag("--no-rope-fusion", const=False, help="rotary embedding as eager ops")] = Field(
+        description="rotary embedding as one kernel (else eager rotate_half chain)")
     fused_cross_entropy: Annotated[bool, Flag("--cross-entropy-loss-fusion", param="cross_entropy_loss_fusion",
                                               help="fused cross-entropy (no fp32 logits copies)")] = Field(
         description="vocabulary-parallel cross-entropy fused (no fp32 logits copies)")
