@@ -155,6 +155,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "tp_comm_overlap": tr.tp_comm_overlap,
         "precision": tr.precision,
         "fp8_recipe": (tr.fp8_recipe or "delayed") if tr.precision == "fp8" else None,
+        "fp8_param_gather": tr.fp8_param_gather,
         "attention": tr.attention,
         "num_params": job.model.num_params,
         "num_active_params": job.model.num_active_params,

@@ -57,6 +57,8 @@ def test_flags_given_to_trainsim_override_the_script(capsys):
      lambda j: not (j["framework"]["fused_rope"] or j["framework"]["fused_bias_activation"]
                     or j["framework"]["fused_bias_dropout_add"])),
     (["--no-bias-gelu-fusion"], lambda j: j["framework"]["fused_bias_activation"] is False),
+    (["--fp8-format", "hybrid", "--use-distributed-optimizer", "--fp8-param-gather"],
+     lambda j: j["fp8_param_gather"] is True),
     (["--cp", "2", "--cp-comm-type", "all_gather"], lambda j: j["framework"]["cp_comm_type"] == "allgather"),
 ])
 def test_megatron_flags_on_the_command_line(flags, check, capsys):

@@ -564,3 +564,11 @@ def test_zero_stage_named_in_the_text(tmp_path, cells, stage, where):
 def test_hf_attention_implementation_in_the_notes(tmp_path, notes, path):
     m = one(tmp_path, source="Hugging Face transformers Trainer", notes=notes, recompute="full")
     assert m.job.attention_path == path
+
+
+def test_fp8_param_gather_in_the_notes(tmp_path):
+    m = one(tmp_path, source="NeMo 24.07 performance summary", precision="fp8", notes="fp8_param_gather=True")
+    assert m.job.training.fp8_param_gather and m.job.training.zero_stage == 1
+    assert not one(tmp_path, source="NeMo", precision="bf16", notes="--fp8-param-gather").job.training.fp8_param_gather
+    mcore = one(tmp_path, source="Megatron-Core 2024", precision="fp8", notes="--fp8-param-gather")
+    assert mcore.job.training.fp8_param_gather and mcore.job.training.zero_stage == 1  # implies the dist. optimizer

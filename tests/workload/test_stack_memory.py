@@ -124,3 +124,31 @@ def test_2022_megatron_fuses_gradient_accumulation_only_into_fp32_buffers(precis
     adds = [op for op in layer_work(new.model, shard_of(new), False).bwd if op.name == "layer_grad_accumulation"]
     assert bool(adds) is not fused
     assert (predict(new).iteration_time_s < predict(old).iteration_time_s) or not fused
+
+
+def test_fp8_param_gather_keeps_only_fp8_weights_and_gathers_one_byte_per_parameter():
+    """Megatron-Core --fp8-param-gather: no 16-bit compute copy of the weights, FP8 parameter all-gathers."""
+    from trainsim.workload.fp8 import recipe_cost
+    from trainsim.workload.sharding import sharding_of
+
+    def make(fp8_params: bool) -> Job:
+        return Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), num_gpus=8,
+                   training=Training(global_batch_size=8, precision="fp8", zero_stage=1,
+                                     fp8_param_gather=fp8_params))
+
+    plain, fp8p = make(False), make(True)
+    assert sharding_of(plain).param_bytes == 2.0 and sharding_of(fp8p).param_bytes == 1.0
+    w_plain = memory_per_stage(plain)[0].weights_bytes
+    w_fp8 = memory_per_stage(fp8p)[0].weights_bytes
+    copy = recipe_cost(None).weight_copy_bytes
+    assert w_fp8 / w_plain == pytest.approx(copy / (2.0 + copy))
+    assert predict(fp8p).breakdown_s["dp_comm"] <= predict(plain).breakdown_s["dp_comm"]
+
+
+def test_fp8_param_gather_needs_fp8_and_the_distributed_optimizer():
+    from trainsim.errors import TrainsimError
+
+    for tr in (Training(global_batch_size=8, precision="bf16", zero_stage=1, fp8_param_gather=True),
+               Training(global_batch_size=8, precision="fp8", zero_stage=0, fp8_param_gather=True)):
+        with pytest.raises(TrainsimError, match="fp8_param_gather"):
+            Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), num_gpus=8, training=tr)

@@ -349,6 +349,10 @@ def validate_job(job: Job) -> None:
     if tr.fp8_recipe is not None and tr.precision != "fp8":
         raise TrainsimError("training.fp8_recipe", f"--fp8-recipe {tr.fp8_recipe} with {tr.precision} training",
                             "add --fp8 (or drop --fp8-recipe)")
+    if tr.fp8_param_gather and (tr.precision != "fp8" or (tr.zero_stage or 0) < 1):
+        raise TrainsimError("training.fp8_param_gather", "--fp8-param-gather needs FP8 training and the distributed "
+                            "optimizer (Megatron-Core asserts both)", "add --fp8 and --use-distributed-optimizer, "
+                            "or drop --fp8-param-gather")
     if tr.precision == "fp8":
         from trainsim.workload.fp8 import recipe_cost
 

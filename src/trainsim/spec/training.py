@@ -77,6 +77,12 @@ class Training(Spec, frozen=True):
         "--fp8-recipe", help="FP8 scaling: delayed, tensorwise, blockwise or mxfp8 (implies --fp8)")] = Field(
         default=None, description="FP8 scaling recipe (None: delayed when precision is fp8)"
     )
+    fp8_param_gather: Annotated[bool, Flag(
+        "--fp8-param-gather", help="keep the compute parameters in FP8 and all-gather them in FP8 (needs --fp8 and "
+                                   "the distributed optimizer)")] = Field(
+        default=False, description="Megatron-Core --fp8-param-gather: the model's compute copy of the parameters is "
+                                   "its FP8 weights (no 16-bit copy) and the distributed optimizer all-gathers them "
+                                   "in FP8 (1 byte per parameter)")
     recompute_modules: Annotated[tuple[Literal["mla_up_proj", "moe_act"], ...], Flag(
         "--recompute-modules", help="modules recomputed in backward: mla_up_proj, moe_act (comma-separated)")] = Field(
         default=(), description="Megatron's --recompute-modules subset modelled: MLA up-projections, expert activations"

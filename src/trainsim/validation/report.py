@@ -579,7 +579,8 @@ def generic_rules_lines() -> list[str]:
         f"  No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
         "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
         + ", ".join(f"`{name}`" for name in notes_flag_names()),
-        "  (`--overlap-param-gather` implies the distributed optimizer and `--tp-comm-overlap` sequence",
+        "  (`--overlap-param-gather` and `--fp8-param-gather` imply the distributed optimizer and `--tp-comm-overlap`",
+        "  sequence",
         "  parallelism, as Megatron's `arguments.py` asserts); a ZeRO stage written in the notes or the source",
         "  (`ZeRO-3`, `ZeRO stage 2`) fills an empty `zero` cell.",
         "- **Empty cells**: " + ", ".join(f"{k}={v}" for k, v in ROW_DEFAULTS.items()) + ";",

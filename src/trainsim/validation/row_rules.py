@@ -170,6 +170,8 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--overlap-param-gather\b", "zero", 1),
     (r"--tp-comm-overlap\b", "tp_comm_overlap", True),
     (r"--tp-comm-overlap\b", "sp", True),
+    (r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)", "fp8_param_gather", True),
+    (r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)", "zero", 1),  # needs the distributed optimizer
     (r"--recompute-granularity[=\s]+(full|selective)\b", "recompute", None),
     (r"--recompute-activations\b", "recompute", "selective"),
     (r"--checkpoint-activations\b", "recompute", "full"),

@@ -394,7 +394,9 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
                         seq_length=_required_int(row, "seq"), recompute_granularity=recompute, zero_stage=zero,
                         precision=precision, fp8_recipe=_fp8_recipe(row) if precision == "fp8" else None,
                         overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
-                        overlap_p2p_comm=d["overlap_p2p_comm"], attention=stated.get("attention"))
+                        overlap_p2p_comm=d["overlap_p2p_comm"], attention=stated.get("attention"),
+                        fp8_param_gather=bool(stated.get("fp8_param_gather")) and precision == "fp8"
+                        and (zero is None or zero >= 1))
     assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
                 if getattr(training, k) and stated.get(k)]
     if training.attention and stated.get("attention"):

@@ -99,7 +99,7 @@ class StageMemory(BaseModel):
 
 def bytes_per_param(precision: str, zero_stage: int, shards: int,
                     grads_fp32: bool | None = None, fp8_recipe: str | None = None,
-                    framework: Framework | None = None) -> tuple[float, float, float]:
+                    framework: Framework | None = None, fp8_params: bool = False) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter after ZeRO sharding over ``shards`` ranks (FP8: plus the
     recipe's FP8 weight copies).
 
@@ -121,7 +121,8 @@ def bytes_per_param(precision: str, zero_stage: int, shards: int,
     else:  # 16-bit params and grads: the optimizer also keeps fp32 main grads
         w, g, o = 2.0, 2.0, 16.0
     if precision == "fp8":
-        w += recipe_cost(fp8_recipe).weight_copy_bytes
+        # the FP8 weight copies; with --fp8-param-gather they are the model's only compute copy
+        w = recipe_cost(fp8_recipe).weight_copy_bytes + (0.0 if fp8_params else w)
     if zero_stage >= 1:
         o /= shards
     if zero_stage >= 2:
@@ -319,9 +320,10 @@ def _param_bytes(job: Job) -> tuple[tuple[float, float, float], tuple[float, flo
     tr, fw = job.training, job.framework
     stage = sharding_of(job).memory_stage
     shards = sharding_of(job).shards  # dp·cp, or the ranks of a node under hybrid sharding
-    dense = bytes_per_param(tr.precision, stage, shards, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    fp8p = tr.fp8_param_gather
+    dense = bytes_per_param(tr.precision, stage, shards, tr.grads_in_fp32, tr.fp8_recipe, fw, fp8p)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
-    expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw)
+    expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw, fp8p)
     return dense, expert
 
 

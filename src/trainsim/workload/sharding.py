@@ -223,7 +223,7 @@ def sharding_of(job: Job) -> Sharding:
         per_microbatch_gather=per_mb,
         reshard_after_forward=per_mb and fw.reshard_after_forward,
         prefetch_depth=depth,
-        param_bytes=e,
+        param_bytes=1.0 if tr.fp8_param_gather else e,  # --fp8-param-gather: FP8 all-gathers
         grad_reduce_bytes=grad_bytes,
         # FSDP-style sharding with pipelining prefetches each layer's gather before its first forward and
         # reduce-scatters each layer's gradients as its last backward finishes
