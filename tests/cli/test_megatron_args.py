@@ -59,6 +59,9 @@ def test_flags_given_to_trainsim_override_the_script(capsys):
     (["--no-bias-gelu-fusion"], lambda j: j["framework"]["fused_bias_activation"] is False),
     (["--fp8-format", "hybrid", "--use-distributed-optimizer", "--fp8-param-gather"],
      lambda j: j["fp8_param_gather"] is True),
+    (["--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"], lambda j: j["zero_stage"] == 3),
+    (["--use-torch-fsdp2"], lambda j: j["zero_stage"] == 3),
+    (["--external-cuda-graph"], lambda j: j["framework"]["cuda_graphs"] is True),
     (["--cp", "2", "--cp-comm-type", "all_gather"], lambda j: j["framework"]["cp_comm_type"] == "allgather"),
 ])
 def test_megatron_flags_on_the_command_line(flags, check, capsys):
@@ -174,3 +177,17 @@ def test_megatron_deepspeed_flags_select_its_stack(capsys, tmp_path):
 def test_cp_comm_types_not_modelled_are_one_line_errors(flags, field, capsys):
     code, _, err = run([*BASE, *flags], capsys)
     check_one_line_error(code, err, field)
+
+
+def test_recompute_modules_take_every_value_as_megatron_does(tmp_path, capsys):
+    """Megatron's --recompute-modules is nargs='*': core_attn is selective recomputation, the modelled modules are
+    kept, the others are named in a note (never mistaken for stray arguments)."""
+    a = parse_megatron_args(["--recompute-modules", "core_attn", "mlp", "--bf16"])
+    assert a.options["recompute_granularity"] == "selective" and a.options["bf16"] is True
+    assert a.unrecognised == [] and any("mlp" in n for n in a.notes)
+    assert parse_megatron_args(["--recompute-modules", "moe_act", "mla_up_proj"]).options["recompute_modules"] == \
+        "moe_act,mla_up_proj"
+    path = tmp_path / "args.txt"
+    path.write_text("--recompute-modules core_attn layernorm --micro-batch-size 1\n")
+    d = _predict([*BASE, "--megatron-args", str(path)], capsys)
+    assert d["job"]["recompute_granularity"] == "selective"

@@ -79,6 +79,38 @@ def _checkpoint_activations(a: MegatronArgs, v: str | None) -> None:
         _recompute_method(a, v)
 
 
+#: Megatron's --recompute-modules (nargs='*'): core_attn is selective recomputation; the modules trainsim models are
+#: kept; the others (mlp, layernorm, moe, shared_experts ...) are listed in a note.
+MODELLED_RECOMPUTE_MODULES = ("mla_up_proj", "moe_act")
+
+
+def _recompute_modules(a: MegatronArgs, values: list[str]) -> None:
+    names = [n for v in values for n in v.replace(",", " ").split()]
+    if "core_attn" in names and "recompute_granularity" not in a.options:
+        a.options["recompute_granularity"] = "selective"
+    kept = [n for n in names if n in MODELLED_RECOMPUTE_MODULES]
+    if kept:
+        a.options["recompute_modules"] = ",".join(kept)
+    other = [n for n in names if n not in (*MODELLED_RECOMPUTE_MODULES, "core_attn")]
+    if other:
+        a.notes.append(f"--recompute-modules {' '.join(other)}: not modelled (only core_attn, mla_up_proj, moe_act)")
+
+
+#: Megatron-FSDP / torch FSDP2 inside Megatron-LM: --data-parallel-sharding-strategy → ZeRO stage.
+FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _fsdp(a: MegatronArgs, v: str | None) -> None:
+    a.options.setdefault("zero_stage", 3)  # fully sharded unless --data-parallel-sharding-strategy says otherwise
+
+
+def _sharding_strategy(a: MegatronArgs, v: str | None) -> None:
+    if v not in FSDP_SHARDING:
+        raise TrainsimError("--data-parallel-sharding-strategy", f"unknown strategy {v!r}",
+                            f"use {', '.join(FSDP_SHARDING)}")
+    a.options["zero_stage"] = FSDP_SHARDING[v]
+
+
 def _int_value(flag: str, v: str | None) -> int:
     try:
         return int(str(v))
@@ -147,6 +179,10 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--train-samples": (True, _train_samples),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),
     "--moe-grouped-gemm": (False, _note("--moe-grouped-gemm: expert GEMMs are modelled one per expert")),
+    "--use-torch-fsdp2": (False, _fsdp),
+    "--use-custom-fsdp": (False, _fsdp),
+    "--use-megatron-fsdp": (False, _fsdp),
+    "--data-parallel-sharding-strategy": (True, _sharding_strategy),
     "--checkpoint-activations": (False, _checkpoint_activations),
     "--activations-checkpoint-method": (True, _checkpoint_activations),
     "--activations-checkpoint-num-layers": (True, lambda a, v: a.options.__setitem__(
@@ -233,6 +269,13 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if "=" in token:
             flag, inline = token.split("=", 1)
 
+        if flag == "--recompute-modules":  # nargs='*' in Megatron: every value up to the next flag
+            values = [inline] if inline is not None else []
+            while inline is None and i < len(tokens) and not _is_flag(tokens[i]):
+                values.append(tokens[i])
+                i += 1
+            _recompute_modules(out, values)
+            continue
         opt = job_flags.get(flag)
         if opt is not None:
             if opt.section == "job" and opt.name in ("model", "system"):

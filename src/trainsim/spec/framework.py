@@ -232,7 +232,7 @@ class Framework(Spec, frozen=True):
                                   "loss where they count as a layer); None: not interleaved")
     # ---- host ----------------------------------------------------------------------------------------------------
     cuda_graphs: Annotated[bool, Flag(
-        "--enable-cuda-graph", param="enable_cuda_graph",
+        "--enable-cuda-graph", "--external-cuda-graph", param="enable_cuda_graph",
         help="CUDA graphs (host dispatch per kernel no longer on the critical path)")] = Field(
         description="CUDA graphs replay the step (no per-kernel launch from Python)")
     torch_compile: Annotated[bool, Flag(
