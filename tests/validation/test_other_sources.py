@@ -572,3 +572,10 @@ def test_fp8_param_gather_in_the_notes(tmp_path):
     assert not one(tmp_path, source="NeMo", precision="bf16", notes="--fp8-param-gather").job.training.fp8_param_gather
     mcore = one(tmp_path, source="Megatron-Core 2024", precision="fp8", notes="--fp8-param-gather")
     assert mcore.job.training.fp8_param_gather and mcore.job.training.zero_stage == 1  # implies the dist. optimizer
+
+
+@pytest.mark.parametrize("name", ["Nemotron-H 56B", "Mamba2-Hybrid 8B", "Jamba 1.5 Large", "RWKV-7 3B"])
+def test_state_space_models_are_reported_not_predicted_as_transformers(tmp_path, name):
+    table = load_table(write(tmp_path, [row("ok_1"), row("ssm_1", model=name)]))
+    assert [s.id for s in table.skipped] == ["ssm_1"] and "Mamba" in table.skipped[0].reason
+    assert one(tmp_path, model="Nemotron-4 15B", L=32, h=6144, heads=48).job.model.num_layers == 32  # not Nemotron-H

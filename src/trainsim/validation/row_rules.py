@@ -278,6 +278,12 @@ MOE_NAME = re.compile(r"mixtral|\bmoe\b|deepseek[\s_-]*v[23]|\ba\d+b\b|llama[\s_
                       r"\d+x\d+b", re.IGNORECASE)
 
 
+#: Names of models with state-space or recurrent layers (Mamba hybrids such as Nemotron-H, Jamba, Zamba; RWKV, xLSTM,
+#: Griffin): trainsim models transformer blocks only, so such a row is reported, not predicted as a transformer.
+NON_TRANSFORMER_NAME = re.compile(r"nemotron[\s_-]*h\b|mamba|jamba|zamba|rwkv|xlstm|hyena|griffin|recurrent[\s_-]*gemma"
+                                  r"|\bhybrid\b|\bssm\b", re.IGNORECASE)
+
+
 def family_of(name: str) -> Family:
     """The first family whose pattern occurs in the (lower-cased) model name."""
     lower = name.lower()

@@ -66,6 +66,7 @@ from trainsim.validation.measurements import (
 from trainsim.validation.row_rules import (
     MOE_NAME,
     NO_DROPOUT_GPT_FRAMEWORKS,
+    NON_TRANSFORMER_NAME,
     NVL_TRAY_GPUS,
     SYSTEM_FOR_GPU_KEY,
     Family,
@@ -274,6 +275,9 @@ def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
     name = _text(row, "model") or "custom"
     layers, hidden, heads = (_required_int(row, k) for k in ("L", "h", "heads"))
     kv, ffn, vocab, seq = _int(row, "kv_heads"), _int(row, "ffn"), _int(row, "vocab"), _required_int(row, "seq")
+    if NON_TRANSFORMER_NAME.search(name):
+        raise RowError(f"model: {name!r} has state-space / recurrent (Mamba-style) layers, which trainsim does not "
+                       "model (transformer blocks only)")
     preset = matching_preset(name, layers, hidden, heads, kv)
     if preset is not None:
         fields: dict[str, Any] = preset.model_dump(exclude={"name", "seq_length", "source", "approximations"})
