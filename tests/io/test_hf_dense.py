@@ -92,6 +92,15 @@ def test_unmodelled_architectures_are_refused(model_type):
         model_from_hf_config(cfg)
 
 
+@pytest.mark.parametrize("key", ["hybrid_override_pattern", "ssm_state_size", "mamba_d_state"])
+def test_unknown_model_type_with_state_space_layers_is_refused(key):
+    """A hybrid not in REFUSED (a new model_type) is recognised by its state-space config keys."""
+    cfg = {"model_type": "brand_new_hybrid", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100, key: 16}
+    with pytest.raises(TrainsimError, match="state-space"):
+        model_from_hf_config(cfg)
+
+
 def test_unknown_model_type_is_read_with_a_note():
     cfg = {"model_type": "brand_new", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "vocab_size": 100, "intermediate_size": 128, "rope_theta": 1e4, "hidden_act": "silu"}

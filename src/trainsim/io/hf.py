@@ -186,8 +186,17 @@ REFUSED: dict[str, str] = {
     "mamba": "a state-space model", "mamba2": "a state-space model", "falcon_mamba": "a state-space model",
     "jamba": "a hybrid attention/state-space model", "zamba": "a hybrid attention/state-space model",
     "rwkv": "a recurrent model", "recurrent_gemma": "a recurrent model",
+    "nemotron_h": "a hybrid attention/state-space model", "zamba2": "a hybrid attention/state-space model",
+    "bamba": "a hybrid attention/state-space model", "falcon_h1": "a hybrid attention/state-space model",
+    "granitemoehybrid": "a hybrid attention/state-space model", "qwen3_next": "a hybrid linear-attention model",
+    "xlstm": "a recurrent model",
     "t5": "an encoder-decoder model", "bart": "an encoder-decoder model", "mt5": "an encoder-decoder model",
 }
+
+
+#: Config keys that only state-space / hybrid models carry (Mamba blocks in the layer pattern or their state size).
+SSM_KEYS = ("hybrid_override_pattern", "ssm_state_size", "mamba_d_state", "mamba_num_heads", "mamba_expand",
+            "attn_layer_period")
 
 
 def _first(cfg: dict[str, Any], name: str) -> Any:
@@ -219,8 +228,10 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
     raw_type = str(cfg.get("model_type", ""))
     model_type = raw_type if raw_type in ARCHITECTURES else raw_type.lower()
-    if model_type in REFUSED or cfg.get("is_encoder_decoder"):
-        what = REFUSED.get(model_type, "an encoder-decoder model")
+    ssm_keys = [k for k in SSM_KEYS if k in cfg]
+    if model_type in REFUSED or cfg.get("is_encoder_decoder") or ssm_keys:
+        what = REFUSED.get(model_type) or ("an encoder-decoder model" if cfg.get("is_encoder_decoder") else
+                                           f"a model with state-space layers ({ssm_keys[0]})")
         raise TrainsimError("config.json.model_type", f"{raw_type!r} is {what}, which trainsim does not model",
                             "trainsim models decoder-only transformers (dense or MoE)")
     notes: list[str] = []
