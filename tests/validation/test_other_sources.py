@@ -517,9 +517,13 @@ def test_global_batch_not_a_multiple_of_dp_is_compared_at_the_measured_throughpu
     measured time scaled by 992/1024, so the comparison is per token."""
     from trainsim.validation.rows import whole_batch
 
-    assert whole_batch(1024, 124, 1) == (992, whole_batch(1024, 124, 1)[1]) and whole_batch(1024, 124, 1)[1]
-    assert whole_batch(1024, 128, 2) == (1024, [])
-    assert whole_batch(100, 64, 1)[0] == 128  # the nearest multiple, at least one step
+    batch, mbs, notes = whole_batch(1024, 124, 1)
+    assert (batch, mbs) == (992, 1) and notes
+    assert whole_batch(1024, 128, 2) == (1024, 2, [])
+    assert whole_batch(100, 64, 1)[:2] == (128, 1)  # the nearest multiple, at least one step
+    # fewer sequences per replica than the stated micro-batch, but a whole number: that is the micro-batch
+    batch, mbs, notes = whole_batch(1024, 512, 8)
+    assert (batch, mbs) == (1024, 2) and "micro_batch 2 instead of 8" in notes[0]
     cells = {"measured_iter_s": 2.0, "tp": 1, "pp": 1}
     odd = one(tmp_path, global_batch=62, num_gpus=8, **cells)  # dp 8: 62 -> 64
     assert odd.job.training.global_batch_size == 64

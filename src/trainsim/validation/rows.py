@@ -474,18 +474,25 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
     return job, notes + zero_note
 
 
-def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, list[str]]:
-    """The global batch a row's run can take and the note when it is not the stated one.
+def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, int, list[str]]:
+    """The global batch and micro-batch a row's run can take, and the note when they are not the stated ones.
 
-    Megatron-style engines need ``global_batch`` to be a multiple of ``micro_batch·dp``; a record whose batch is not
-    (a batch quoted in round tokens, such as OPT's 2M tokens on 992 GPUs) is predicted with the nearest multiple and
-    its measured time scaled by the same ratio, i.e. compared at the measured throughput."""
+    Megatron-style engines need ``global_batch`` to be a multiple of ``micro_batch·dp``. A record whose global batch
+    holds fewer than ``micro_batch`` sequences per replica but a whole number of them ran that number in one
+    micro-batch (the global batch is the measured quantity); otherwise (a batch quoted in round tokens, such as
+    OPT's 2M tokens on 992 GPUs) it is predicted with the nearest multiple and its measured time scaled by the same
+    ratio, i.e. compared at the measured throughput."""
     step = dp * micro_batch
     if global_batch % step == 0:
-        return global_batch, []
+        return global_batch, micro_batch, []
+    if global_batch < step and global_batch % dp == 0:
+        local = global_batch // dp
+        return global_batch, local, [f"micro_batch {local} instead of {micro_batch} (the global batch of "
+                                     f"{global_batch} holds {local} per data-parallel replica)"]
     used = max(step, round(global_batch / step) * step)
-    return used, [f"global_batch {used} instead of {global_batch} (not a multiple of micro_batch·dp = {step}); the "
-                  f"measured time scaled by {used}/{global_batch}, i.e. compared at the measured throughput"]
+    return used, micro_batch, [f"global_batch {used} instead of {global_batch} (not a multiple of micro_batch·dp = "
+                               f"{step}); the measured time scaled by {used}/{global_batch}, i.e. compared at the "
+                               "measured throughput"]
 
 
 def _measured_column(row: pd.Series) -> str:
@@ -512,8 +519,12 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     num_gpus = _required_int(row, "num_gpus")
     dp = par.dp or max(1, num_gpus // (par.tp * par.pp * par.cp))
     stated_batch = _required_int(row, "global_batch")
-    batch, batch_notes = whole_batch(stated_batch, dp, _int(row, "micro_batch") or stated.get("micro_batch") or 1)
+    stated_mbs = _int(row, "micro_batch") or stated.get("micro_batch")
+    batch, mbs, batch_notes = whole_batch(stated_batch, dp, stated_mbs or 1)
     training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, batch // dp, batch)
+    if stated_mbs is not None and mbs != stated_mbs:
+        training = training.replace(micro_batch_size=mbs)
+        tr_notes = [n for n in tr_notes if not n.startswith("micro_batch ")]
     tr_notes += batch_notes
 
     def build(tr: Training) -> Job:
