@@ -46,3 +46,11 @@ def test_system_presets_match_nvidia_specs(name: str, gpus: int, hbm: float, bf1
     assert s.gpu.peak_flops.fp8 == pytest.approx(fp8)
     assert s.node.nvlink_bandwidth == nvlink
     assert s.source
+
+
+@pytest.mark.parametrize(("name", "base", "nvlink"), [("hgx-h800", "dgx-h100", 200e9), ("hgx-a800", "dgx-a100", 200e9)])
+def test_export_variants_have_their_base_compute_and_less_nvlink(name: str, base: str, nvlink: float) -> None:
+    """H800 / A800: the H100 / A100 compute and memory with NVLink cut to 400 GB/s bidirectional."""
+    s, b = load_system(name), load_system(base)
+    assert s.gpu.peak_flops == b.gpu.peak_flops and s.gpu.hbm_capacity == b.gpu.hbm_capacity
+    assert s.gpu.generation == b.gpu.generation and s.node.nvlink_bandwidth == nvlink < b.node.nvlink_bandwidth

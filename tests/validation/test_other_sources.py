@@ -583,3 +583,8 @@ def test_state_space_models_are_reported_not_predicted_as_transformers(tmp_path,
     table = load_table(write(tmp_path, [row("ok_1"), row("ssm_1", model=name)]))
     assert [s.id for s in table.skipped] == ["ssm_1"] and "Mamba" in table.skipped[0].reason
     assert one(tmp_path, model="Nemotron-4 15B", L=32, h=6144, heads=48).job.model.num_layers == 32  # not Nemotron-H
+
+
+def test_export_variant_gpus_map_to_their_presets(tmp_path):
+    assert one(tmp_path, gpu="H800 SXM5 80GB").job.system.name == "hgx-h800"
+    assert one(tmp_path, gpu="NVIDIA A800-SXM4-80GB").job.system.name == "hgx-a800"

@@ -218,7 +218,7 @@ def stated_zero(text: str) -> int | None:
 #: normalised GPU model (:func:`trainsim.cost.tables.gpu_key`) -> system preset
 SYSTEM_FOR_GPU_KEY: dict[str, str] = {
     "a100": "dgx-a100", "h100": "dgx-h100", "h200": "hgx-h200", "b200": "dgx-b200", "b300": "dgx-b300",
-    "gb200": "nvl72-gb200", "gb300": "nvl72-gb300",
+    "gb200": "nvl72-gb200", "gb300": "nvl72-gb300", "h800": "hgx-h800", "a800": "hgx-a800",
 }
 #: A100 40GB SXM4 (A100 datasheet): 40 GiB HBM2 at 1555 GB/s; the rest as the 80GB part.
 A100_40GB = {"name": "A100-SXM4-40GB", "hbm_capacity": 40 * 2**30, "hbm_bandwidth": 1555e9}
