@@ -384,12 +384,19 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
 
 # ---- the row ------------------------------------------------------------------------------------------------------
 def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
-              sp: bool, local_batch: int, global_batch: int) -> tuple[Training, list[str]]:
+              sp: bool, dp: int) -> tuple[Training, list[str]]:
+    """The row's training settings; the global batch and micro-batch made whole over ``dp`` (:func:`whole_batch`)."""
     assumed: list[str] = []
     precision: Precision = _pick("precision", _precision(row), stated, d["precision"], assumed)
     recompute: Recompute = _pick("recompute", _recompute(row), stated, d["recompute"], assumed)
-    default_mbs = max(1, local_batch) if d["micro_batch"] == LOCAL_BATCH else d["micro_batch"]
-    mbs = int(_pick("micro_batch", _int(row, "micro_batch"), stated, default_mbs, assumed))
+    given_mbs = _int(row, "micro_batch") or stated.get("micro_batch")
+    global_batch, fitted_mbs, batch_notes = whole_batch(_required_int(row, "global_batch"), dp, given_mbs or 1)
+    if given_mbs is not None and fitted_mbs != given_mbs:
+        mbs = fitted_mbs  # the stated micro-batch does not fit the global batch: noted in batch_notes
+    else:
+        default_mbs = max(1, global_batch // dp) if d["micro_batch"] == LOCAL_BATCH else d["micro_batch"]
+        mbs = int(_pick("micro_batch", _int(row, "micro_batch"), stated, default_mbs, assumed))
+    assumed += batch_notes
     zero = _pick("zero", _zero(row), stated, None, None)  # None: the profile's default stage
     ogr = stated.get("overlap_grad_reduce") or ("ddp impl=torch" in notes.lower()) or None
     opg = True if stated.get("overlap_param_gather") and (zero or 0) >= 1 else None
@@ -452,26 +459,23 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
     local batch)."""
     from trainsim.predictor import memory_report
 
-    zero_note: list[str] = []
+    def settle(tr: Training) -> tuple[Job, str | None, str | None]:
+        """(job, why recomputation, why the distributed optimizer) for these settings."""
+        job, why_zero = sharded_optimizer_if_needed(build(tr), build) if free_zero else (build(tr), None)
+        job, why = recompute_that_fits(job, build) if free_recompute else (job, None)
+        return job, why, why_zero
 
-    def settle(tr: Training) -> tuple[Job, str | None]:
-        job = build(tr)
-        if free_zero:
-            job, why_zero = sharded_optimizer_if_needed(job, build)
-            zero_note[:] = [why_zero] if why_zero else []
-        return recompute_that_fits(job, build) if free_recompute else (job, None)
-
-    job, why = settle(training)
+    job, why, why_zero = settle(training)
     mbs = training.micro_batch_size
     while free_mbs and mbs > 1 and not memory_report(job).fits:
         mbs = next(m for m in range(mbs // 2, 0, -1) if training.micro_batch_size % m == 0)
-        job, why = settle(training.replace(micro_batch_size=mbs))
+        job, why, why_zero = settle(training.replace(micro_batch_size=mbs))
     if free_mbs and mbs != training.micro_batch_size:
         notes = [f"micro_batch {mbs} (unstated; the local batch of {training.micro_batch_size} would not fit)"
                  if n.startswith("micro_batch ") else n for n in notes]
     if why is not None:
         notes = [why if n.startswith("recompute ") else n for n in notes]
-    return job, notes + zero_note
+    return job, notes + ([why_zero] if why_zero else [])
 
 
 def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, int, list[str]]:
@@ -518,14 +522,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     par, par_notes = row_parallelism(row, model.num_layers, sp_default, notes, stated, framework)
     num_gpus = _required_int(row, "num_gpus")
     dp = par.dp or max(1, num_gpus // (par.tp * par.pp * par.cp))
-    stated_batch = _required_int(row, "global_batch")
-    stated_mbs = _int(row, "micro_batch") or stated.get("micro_batch")
-    batch, mbs, batch_notes = whole_batch(stated_batch, dp, stated_mbs or 1)
-    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, batch // dp, batch)
-    if stated_mbs is not None and mbs != stated_mbs:
-        training = training.replace(micro_batch_size=mbs)
-        tr_notes = [n for n in tr_notes if not n.startswith("micro_batch ")]
-    tr_notes += batch_notes
+    training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, dp)
 
     def build(tr: Training) -> Job:
         return Job(model=model, system=system, parallelism=par, training=tr, num_gpus=num_gpus, framework=framework)
@@ -535,7 +532,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     job, tr_notes = fitting_job(build, training, tr_notes, free_recompute, free_mbs,
                                 free_zero=training.zero_stage is None)
     eq3 = job.training.recompute_granularity != "none" if reports_eq3(framework.name, framework.label) else None
-    measured = measured_iteration_time(row, model, system, training.precision, eq3) * batch / stated_batch
+    # a global batch made whole is compared at the measured throughput
+    batch_ratio = training.global_batch_size / _required_int(row, "global_batch")
+    measured = measured_iteration_time(row, model, system, training.precision, eq3) * batch_ratio
     if _zero(row) is None and "zero" in stated:
         tr_notes.append(f"zero {stated['zero']} (named in the {'source' if zero_in_source is not None else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
