@@ -155,8 +155,15 @@ def _note(text: str) -> Handler:
 #: --tokenizer-model is matched by name (Llama 3: 128,256 as its config.json; Llama 2: 32,000; GPT-2: 50,257).
 TOKENIZER_VOCAB: tuple[tuple[str, int], ...] = (
     (r"^gpt2bpetokenizer$", 50257), (r"^llama2tokenizer$", 32000),
-    (r"llama[-_ ]?3|llama-3", 128256), (r"llama[-_ ]?2", 32000), (r"(^|/)gpt2$", 50257),
+    (r"llama[-_ ]?3", 128256), (r"llama[-_ ]?2", 32000), (r"(^|/)gpt2$", 50257),
 )
+
+
+def _set_int(option: str, flag: str) -> Handler:
+    """A handler setting the job option ``option`` to the flag's integer value (an older or other spelling)."""
+    def h(a: MegatronArgs, v: str | None) -> None:
+        a.options[option] = _int_value(flag, v)
+    return h
 
 
 def _tokenizer(key: str) -> Handler:
@@ -185,10 +192,9 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--data-parallel-sharding-strategy": (True, _sharding_strategy),
     "--checkpoint-activations": (False, _checkpoint_activations),
     "--activations-checkpoint-method": (True, _checkpoint_activations),
-    "--activations-checkpoint-num-layers": (True, lambda a, v: a.options.__setitem__(
-        "recompute_num_layers", _int_value("--activations-checkpoint-num-layers", v))),
-    "--checkpoint-num-layers": (True, lambda a, v: a.options.__setitem__(
-        "recompute_num_layers", _int_value("--checkpoint-num-layers", v))),
+    "--activations-checkpoint-num-layers": (True, _set_int("recompute_num_layers",
+                                                           "--activations-checkpoint-num-layers")),
+    "--checkpoint-num-layers": (True, _set_int("recompute_num_layers", "--checkpoint-num-layers")),
     # Megatron-DeepSpeed (BLOOM, MT-NLG): --deepspeed runs the DeepSpeed engine (its pipeline engine, ZeRO from
     # --zero-stage); --deepspeed_config and the activation-checkpointing switches belong to it
     "--deepspeed": (False, lambda a, v: a.options.__setitem__("framework", "megatron-deepspeed")),
@@ -196,8 +202,7 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--deepspeed-config": (True, lambda a, v: None),
     "--deepspeed-activation-checkpointing": (False, lambda a, v: None),
     # Megatron-DeepSpeed (BLOOM): the padded vocabulary, stated
-    "--pad-vocab-size-to": (True, lambda a, v: a.options.__setitem__(
-        "vocab_size", _int_value("--pad-vocab-size-to", v))),
+    "--pad-vocab-size-to": (True, _set_int("vocab_size", "--pad-vocab-size-to")),
     "--tokenizer-type": (True, _tokenizer("_tokenizer_type")),
     "--tokenizer-model": (True, _tokenizer("_tokenizer_model")),
     "--merge-file": (True, _tokenizer("_merge_file")),
@@ -259,6 +264,15 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
             return tokens[i - 1]
         raise TrainsimError(flag, "expects a value", f"give {flag} VALUE")
 
+    def rest(inline: str | None) -> list[str]:
+        """The further values of the current flag, which it consumes (Megatron has no positional arguments: every
+        token up to the next flag belongs to it, e.g. ``--data-path W1 P1``, ``--rampup-batch-size 16 16 N``)."""
+        nonlocal i
+        start = i
+        while inline is None and i < len(tokens) and not _is_flag(tokens[i]):
+            i += 1
+        return tokens[start:i]
+
     while i < len(tokens):
         token = tokens[i]
         i += 1
@@ -270,11 +284,7 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
             flag, inline = token.split("=", 1)
 
         if flag == "--recompute-modules":  # nargs='*' in Megatron: every value up to the next flag
-            values = [inline] if inline is not None else []
-            while inline is None and i < len(tokens) and not _is_flag(tokens[i]):
-                values.append(tokens[i])
-                i += 1
-            _recompute_modules(out, values)
+            _recompute_modules(out, [inline] if inline is not None else rest(inline))
             continue
         opt = job_flags.get(flag)
         if opt is not None:
@@ -296,13 +306,10 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if flag in EXTRA_FLAGS:
             takes, handler = EXTRA_FLAGS[flag]
             handler(out, value(takes, flag, inline))
-            # further values belong to it too (Megatron has no positional arguments: --rampup-batch-size 16 16 N)
-            while takes and inline is None and i < len(tokens) and not _is_flag(tokens[i]):
-                i += 1
+            if takes:
+                rest(inline)  # further values belong to it too
             continue
-        # not a flag trainsim models: skip its values (Megatron has no positional arguments, e.g. --data-path W1 P1)
-        while inline is None and i < len(tokens) and not _is_flag(tokens[i]):
-            i += 1
+        rest(inline)  # not a flag trainsim models: skip its values
         if is_ignored(flag):
             out.ignored.append(flag)
         else:

@@ -159,6 +159,8 @@ def reports_eq3(name: str, label: str) -> bool:
     """Whether the stack ``name`` (version label ``label``) reports SC'21 Eq. 3 TFLOP/s (:data:`EQ3_FRAMEWORKS`)."""
     return name in EQ3_FRAMEWORKS or label in EQ3_FRAMEWORKS
 
+_FP8_PARAM_GATHER = r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)"  # Megatron flag or NeMo config
+
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
 #: (Megatron ``arguments.py`` asserts both), so they imply them.
@@ -170,8 +172,8 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--overlap-param-gather\b", "zero", 1),
     (r"--tp-comm-overlap\b", "tp_comm_overlap", True),
     (r"--tp-comm-overlap\b", "sp", True),
-    (r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)", "fp8_param_gather", True),
-    (r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)", "zero", 1),  # needs the distributed optimizer
+    (_FP8_PARAM_GATHER, "fp8_param_gather", True),
+    (_FP8_PARAM_GATHER, "zero", 1),  # needs the distributed optimizer
     (r"--recompute-granularity[=\s]+(full|selective)\b", "recompute", None),
     (r"--recompute-activations\b", "recompute", "selective"),
     (r"--checkpoint-activations\b", "recompute", "full"),

@@ -68,12 +68,13 @@ def fusion_of(job: Job) -> Fusion:
     """The :class:`Fusion` of a job's resolved framework."""
     fw = job.framework
     compiled = fw.torch_compile  # torch.compile fuses the elementwise chains (Inductor's Triton kernels)
+    grads_fp32 = bool(job.training.grads_in_fp32)
     return Fusion(norm=fw.fused_norm or compiled, bias_activation=fw.fused_bias_activation or compiled,
                   bias_dropout_add=fw.fused_bias_dropout_add or compiled, rope=fw.fused_rope or compiled,
                   cross_entropy=fw.fused_cross_entropy or compiled, dropout=fw.dropout,
                   grad_accumulation=fw.gradient_accumulation_fusion and (
-                      bool(job.training.grads_in_fp32) or not fw.gradient_accumulation_fusion_fp32_only),
-                  grads_fp32=bool(job.training.grads_in_fp32))
+                      grads_fp32 or not fw.gradient_accumulation_fusion_fp32_only),
+                  grads_fp32=grads_fp32)
 
 
 def norm_bytes(f: Fusion, e: float, rms: bool) -> tuple[float, float]:
