@@ -211,10 +211,6 @@ def notes_flags(notes: str) -> dict[str, Any]:
     return out
 
 
-def stated_zero(text: str) -> int | None:
-    """A ZeRO stage named in free text (a source such as "DeepSpeed ZeRO-3 blog"), else ``None``."""
-    return notes_flags(text).get("zero")
-
 
 # ---- GPUs ---------------------------------------------------------------------------------------------------------
 #: normalised GPU model (:func:`trainsim.cost.tables.gpu_key`) -> system preset

@@ -74,7 +74,6 @@ from trainsim.validation.row_rules import (
     infer_framework,
     notes_flags,
     reports_eq3,
-    stated_zero,
     system_for_gpu,
 )
 from trainsim.workload.fp8 import Fp8Recipe
@@ -509,7 +508,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     notes = _text(row, "notes") or ""
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
     stated = notes_flags(notes)
-    zero_in_source = stated_zero(_text(row, "source") or "") if "zero" not in stated else None
+    zero_in_source = notes_flags(_text(row, "source") or "").get("zero") if "zero" not in stated else None
     if zero_in_source is not None:  # "DeepSpeed ZeRO-3 ..." in the source: the stage the run used
         stated["zero"] = zero_in_source
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
