@@ -1,6 +1,6 @@
 import pytest
 
-from trainsim.workload.fusion import dropout_add_bytes
+from trainsim.workload.fusion import Fusion, dropout_add_bytes
 
 torch = pytest.importorskip("torch")
 
@@ -44,6 +44,9 @@ CASES = [
     (LLAMA, Shard(micro_batch=1, seq=32, cp=2)),
     (MOE, Shard(micro_batch=1, seq=32, ep=2)),
     (GPT, Shard(micro_batch=1, seq=32, precision="fp32")),
+    # a stack without Transformer Engine: bias gradients as reductions, transformers' F.cross_entropy
+    (GPT, Shard(micro_batch=2, seq=32, tp=2, sequence_parallel=True,
+                fusion=Fusion(bias_grad=False, cross_entropy_impl="torch"))),
     (LLAMA, Shard(micro_batch=1, seq=32, precision="fp16")),
 ]
 
@@ -132,3 +135,26 @@ def test_optimizer_step_counts_the_layer_parameters():
     assert params == 12 * h * h + 13 * h  # the layer's weights, biases and two LayerNorms
     assert params == GPT.attention_params + GPT.dense_mlp_params
     built.fn()
+
+
+def test_vocab_parallel_cross_entropy_is_the_cross_entropy():
+    # Megatron's kernel chain computes the same loss and logits gradient as F.cross_entropy
+    logits = torch.randn(16, 50, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 50, (16,))
+    ours = K.vocab_parallel_cross_entropy(logits, target)
+    ref = torch.nn.functional.cross_entropy(logits, target)
+    assert ours.item() == pytest.approx(ref.item())
+    (g_ours,) = torch.autograd.grad(ours, logits)
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    assert torch.allclose(g_ours, g_ref)
+
+
+def test_bias_gradient_builder_reduces_over_the_rows():
+    shard = Shard(micro_batch=2, seq=32, fusion=Fusion(bias_grad=False))
+    ops = [op for op in layer_work(GPT, shard).bwd if op.name.endswith("_bias_grad")]
+    assert sorted(op.name for op in ops) == ["attn_proj_bias_grad", "mlp_fc1_bias_grad", "mlp_fc2_bias_grad",
+                                             "qkv_bias_grad"]
+    for op in ops:
+        built = build(op, OpContext(CPU, GPT, shard))
+        assert built.kind == "bias" and built.elements * 2 == op.bytes
+        built.fn()

@@ -152,3 +152,29 @@ def test_fp8_param_gather_needs_fp8_and_the_distributed_optimizer():
                Training(global_batch_size=8, precision="fp8", zero_stage=0, fp8_param_gather=True)):
         with pytest.raises(TrainsimError, match="fp8_param_gather"):
             Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), num_gpus=8, training=tr)
+
+
+def test_cross_entropy_kernels_follow_the_stack():
+    # bf16 logits: Megatron's vocab-parallel chain 38 + 14 B per logit, transformers' F.cross_entropy 22 + 26 B,
+    # fused 2 + 4 B (docstring of trainsim.workload.fusion; the gpu-h100 traces measure 40.6 + 14.5 and 22.5 + 23)
+    assert fz.cross_entropy_bytes(fz.Fusion(cross_entropy_impl="vocab_parallel"), 2.0) == (38, 14)
+    assert fz.cross_entropy_bytes(fz.Fusion(cross_entropy_impl="torch"), 2.0) == (22, 26)
+    assert fz.cross_entropy_bytes(fz.Fusion(cross_entropy=True, cross_entropy_impl="torch"), 2.0) == (2, 4)
+    assert fz.fusion_of(job("hf-transformers")).cross_entropy_impl == "torch"
+    assert fz.fusion_of(job("megatron-core-local")).cross_entropy_impl == "vocab_parallel"
+
+
+def test_bias_gradients_are_reductions_outside_transformer_engine():
+    gpt = load_model("gpt3-1.7b")
+
+    def bias_grads(framework: str) -> list[float]:
+        j = Job(model=gpt, system=load_system("dgx-h100"), num_gpus=1, framework=framework,
+                training=Training(global_batch_size=4, micro_batch_size=2, seq_length=2048))
+        return [op.bytes for op in layer_work(gpt, shard_of(j)).bwd if op.name.endswith("_bias_grad")]
+
+    h, t = gpt.hidden_size, 2 * 2048
+    # local spec / Megatron-LM 2021: QKV, projection, fc1 and fc2 bias gradients each read the output gradient once
+    assert sum(bias_grads("megatron-core-local")) == 2 * t * (3 * h + h + gpt.ffn_size + h)
+    assert sum(bias_grads("megatron-lm-2021")) > 0
+    assert bias_grads("megatron-core") == []  # Transformer Engine: cuBLASLt bias-gradient epilogue
+    assert bias_grads("torchtitan") != [] and load_model("llama3-8b").add_bias_linear is False

@@ -35,6 +35,7 @@ from trainsim.profile import kernels as K
 from trainsim.spec.model import Model
 from trainsim.workload.fp8 import RECIPES as FP8_RECIPES
 from trainsim.workload.fp8 import recipe_cost
+from trainsim.workload.fusion import Fusion, cross_entropy_bytes
 from trainsim.workload.layers import Shard, moe_expert_tokens
 from trainsim.workload.ops import ComputeOp
 
@@ -53,7 +54,10 @@ BYTES_PER_ELEMENT: dict[tuple[str, str], Callable[[float], float]] = {
     ("softmax", "fwd"): lambda e: 2 * e, ("softmax", "bwd"): lambda e: 3 * e,
     ("dropout", "fwd"): lambda e: 2 * e + 1, ("dropout", "bwd"): lambda e: 2 * e + 1,
     ("embedding", "fwd"): lambda e: 3 * e, ("embedding", "bwd"): lambda e: 2 * e + 4,
-    ("cross_entropy", "fwd"): lambda e: e + 16, ("cross_entropy", "bwd"): lambda e: e + 8,
+    **{(f"cross_entropy_{impl}", phase): (
+        lambda e, f=Fusion(cross_entropy_impl=impl), i=i: cross_entropy_bytes(f, e)[i])
+       for impl in ("vocab_parallel", "torch") for i, phase in enumerate(("fwd", "bwd"))},
+    ("bias", "bwd"): lambda e: e,
     ("permute", "fwd"): lambda e: 2 * e, ("permute", "bwd"): lambda e: 2 * e,
     ("unpermute", "fwd"): lambda e: 3 * e, ("unpermute", "bwd"): lambda e: 3 * e,
     ("router_topk", "fwd"): lambda e: 24.0, ("router_topk", "bwd"): lambda e: 16.0,
@@ -250,6 +254,21 @@ def _ffn(prefix: str, model: Model, shard: Shard) -> tuple[int, int]:
     return t, model.ffn_size // tp
 
 
+def _biased_width(linear: str, model: Model, shard: Shard) -> int:
+    """Output columns on this GPU of the linear layer named ``linear`` (0: not a biased linear layer)."""
+    tp = shard.tp
+    if linear == "qkv":
+        return (model.num_attention_heads + 2 * model.query_groups) // tp * model.head_dim
+    if linear == "attn_proj":
+        return model.hidden_size
+    for prefix in ("shared_expert", "expert", "mlp"):
+        if linear == f"{prefix}_fc1":
+            return _ffn(prefix, model, shard)[1] * (2 if model.swiglu else 1)
+        if linear == f"{prefix}_fc2":
+            return model.hidden_size
+    return 0
+
+
 def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
     model, shard = ctx.model, ctx.shard
     if model is None or shard is None:
@@ -327,7 +346,14 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
     if base in ("cross_entropy", "mtp_cross_entropy"):
         v = model.padded_vocab_size(tp) // tp
         target = torch.randint(0, v, (t,), device=ctx.device)
-        return _Fwd(lambda x: K.cross_entropy(x, target), [r(t, v)], [0], t * v, "cross_entropy")
+        impl = shard.fusion.cross_entropy_impl
+        loss = K.cross_entropy if impl == "torch" else K.vocab_parallel_cross_entropy
+        return _Fwd(lambda x: loss(x, target), [r(t, v)], [0], t * v, f"cross_entropy_{impl}")
+    if base.endswith("_bias"):  # a linear layer's bias: its backward is the bias gradient's reduction
+        width = _biased_width(base[: -len("_bias")], model, shard)
+        if width:
+            rows = max(1, round(op.flops / width))
+            return _Fwd(K.bias_add, [r(rows, width), r(width)], [1], rows * width, "bias")
     if base in ("moe_permute", "moe_unpermute"):
         local = t // tp  # the MoE layer sees the sequence-parallel tokens
         routed = local * model.moe_router_topk

@@ -9,6 +9,8 @@ each line as its own kernel where Megatron fuses them; that difference is what a
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -93,8 +95,49 @@ def embed(ids: torch.Tensor, word: torch.Tensor, position: torch.Tensor | None) 
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of ``logits[tokens, vocab]`` computed in fp32."""
+    """Mean cross-entropy of ``logits[tokens, vocab]`` computed in fp32 (``F.cross_entropy``: transformers,
+    torchtitan)."""
     return F.cross_entropy(logits.float(), target)
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Megatron's ``VocabParallelCrossEntropy`` on one rank (no TP reductions): the same in-place fp32 kernels."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        x = logits.float()
+        x -= x.max(dim=-1)[0].unsqueeze(-1)
+        predicted = x.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        torch.exp(x, out=x)
+        total = x.sum(dim=-1)
+        loss = torch.log(total) - predicted
+        x.div_(total.unsqueeze(-1))
+        ctx.save_for_backward(x, target)
+        ctx.dtype = logits.dtype
+        return loss.mean()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        softmax, target = ctx.saved_tensors
+        scale = grad / softmax.shape[0]
+        rows = torch.arange(softmax.shape[0], device=softmax.device)
+        # Megatron subtracts and multiplies in place; out of place here (the same bytes) so that the profiler can
+        # run the backward repeatedly
+        out = softmax * scale
+        out[rows, target] -= scale
+        return out.to(ctx.dtype), None
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of ``logits[tokens, vocab]`` as Megatron computes it (upcast, max, subtract, exp, sum,
+    divide; backward multiply and downcast)."""
+    out: torch.Tensor = _VocabParallelCrossEntropy.apply(logits, target)
+    return out
+
+
+def bias_add(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A linear layer's bias added to its output (backward: the bias gradient's reduction over the rows)."""
+    return x + bias
 
 
 def permute(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -45,6 +45,7 @@ PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
 LayerSplit = Literal["even", "type:transformer", "parameters", "account-for-embedding-and-loss"]
 AttentionPath = Literal["flash", "unfused", "eager"]
 SelectiveRecompute = Literal["core_attention", "op"]
+CrossEntropyImpl = Literal["vocab_parallel", "torch"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
@@ -97,6 +98,12 @@ class Framework(Spec, frozen=True):
     fused_cross_entropy: Annotated[bool, Flag("--cross-entropy-loss-fusion", param="cross_entropy_loss_fusion",
                                               help="fused cross-entropy (no fp32 logits copies)")] = Field(
         description="vocabulary-parallel cross-entropy fused (no fp32 logits copies)")
+    cross_entropy_impl: Annotated[CrossEntropyImpl, Flag(
+        "--cross-entropy-impl", megatron=False,
+        help="unfused loss: vocab_parallel (Megatron) or torch (F.cross_entropy)")] = Field(
+        description="the unfused loss's kernels: vocab_parallel (Megatron's VocabParallelCrossEntropy: upcast, max, "
+                    "subtract, exp, sum, divide; backward multiply and downcast) or torch (F.cross_entropy on "
+                    "upcast logits: log_softmax and nll_loss)")
     gradient_accumulation_fusion: Annotated[bool, Flag(
         "--no-gradient-accumulation-fusion", const=False,
         help="wgrad GEMMs do not accumulate into main_grad directly")] = Field(

@@ -17,11 +17,22 @@ framework's code; a kernel reads its inputs once and writes its output once.
   (with bias), dropout ``2e + 1`` (with dropout), residual add ``3e``.
 - **RoPE** (per element of Q and K) — fused ``2e`` both ways; eager ``q·cos + rotate_half(q)·sin`` (slice/neg,
   cat, two multiplies, add): ``11e`` both ways, 5 kernels.
-- **Cross-entropy** (per logit) — unfused (Megatron's vocab-parallel CE, ``transformers``' ``logits.float()`` +
-  ``cross_entropy``): about four fp32 passes forward (``e + 16``) and ``8 + e`` backward; fused (TE / Megatron
-  ``--cross-entropy-loss-fusion``): read the logits (``e``) forward, write their gradient (``2e``) backward.
-  Memory at the loss: ``e + 12`` bytes per logit unfused (16-bit logits, the fp32 copy, the fp32 softmax and its
-  fp32 gradient: ~14 B for bf16), ``2e`` fused.
+- **Cross-entropy** (per logit) — unfused, Megatron's ``VocabParallelCrossEntropy`` on ``logits.float()``
+  (``vocab_parallel``): upcast ``e + 4``, max ``4``, in-place subtract ``8``, exp ``8``, sum ``4``, in-place divide
+  ``8`` forward (``e + 36``); in-place multiply ``8`` and downcast ``4 + e`` backward (``12 + e``). The Megatron
+  local-spec trace of ``shared/data/gpu-h100/traces`` runs exactly these kernels, 40.6 and 14.5 bytes per logit
+  at 2.68 TB/s. Unfused ``torch``: ``logits.float()`` then ``F.cross_entropy`` (transformers, torchtitan):
+  upcast ``e + 4`` and ``log_softmax`` (three reads of the row and a write: ``16``) forward (``e + 20``); the
+  gradient's zero fill ``4``, ``log_softmax`` backward ``16`` and downcast ``4 + e`` (``24 + e``) — the
+  transformers trace there (split in two kernels each past 2³¹ bytes) measures 22.5 and 23 bytes per logit.
+  Fused (TE / Megatron ``--cross-entropy-loss-fusion``, torch.compile): read the logits (``e``) forward, write
+  their gradient (``2e``) backward. Memory at the loss: ``e + 12`` bytes per logit unfused (16-bit logits, the
+  fp32 copy, the fp32 softmax and its fp32 gradient: ~14 B for bf16), ``2e`` fused.
+- **Bias gradients** (per output element of a linear layer with a bias) — outside Transformer Engine (whose GEMMs
+  produce the bias gradient in the cuBLASLt ``BGRADB`` epilogue) and torch.compile, each bias gradient is its own
+  reduction over the tokens (``grad_output.sum(0)`` in Megatron's linear layers and in autograd's
+  broadcast-add backward): read ``e``. The Megatron local-spec trace runs four per layer (QKV, projection, fc1,
+  fc2), 1.8 TB/s on the 302 MB of a 1.3B layer's output gradients.
 - **Softmax on the s² scores** (the non-flash attention paths, per score element) — fused scale-mask-softmax kernel
   on 16-bit scores: ``2e`` forward, ``3e`` backward; saves the 16-bit probabilities (``e``). Eager fp32 chain
   (Megatron ``FusedScaleMaskSoftmax.forward_torch_softmax``: ``.float()``, ``masked_fill_``, ``softmax``, downcast):
@@ -55,6 +66,8 @@ class Fusion:
     bias_dropout_add: bool = True
     rope: bool = True
     cross_entropy: bool = False
+    cross_entropy_impl: str = "vocab_parallel"  # the unfused loss's kernels (Framework.cross_entropy_impl)
+    bias_grad: bool = True  # bias gradients come out of the GEMM (TE's epilogue) instead of separate reductions
     dropout: bool = True
     grad_accumulation: bool = True  # wgrad GEMMs accumulate into main_grad (no separate add per micro-batch)
     grads_fp32: bool = True  # gradient accumulation buffer in fp32 (else the parameter dtype)
@@ -71,7 +84,8 @@ def fusion_of(job: Job) -> Fusion:
     grads_fp32 = bool(job.training.grads_in_fp32)
     return Fusion(norm=fw.fused_norm or compiled, bias_activation=fw.fused_bias_activation or compiled,
                   bias_dropout_add=fw.fused_bias_dropout_add or compiled, rope=fw.fused_rope or compiled,
-                  cross_entropy=fw.fused_cross_entropy or compiled, dropout=fw.dropout,
+                  cross_entropy=fw.fused_cross_entropy or compiled, cross_entropy_impl=fw.cross_entropy_impl,
+                  bias_grad=fw.transformer_impl == "transformer_engine" or compiled, dropout=fw.dropout,
                   grad_accumulation=fw.gradient_accumulation_fusion and (
                       grads_fp32 or not fw.gradient_accumulation_fusion_fp32_only),
                   grads_fp32=grads_fp32)
@@ -110,7 +124,14 @@ def rope_bytes(f: Fusion, e: float) -> tuple[float, float]:
 
 def cross_entropy_bytes(f: Fusion, e: float) -> tuple[float, float]:
     """(forward, backward) bytes per logit."""
-    return (e, 2 * e) if f.cross_entropy else (e + 16, 8 + e)
+    if f.cross_entropy:
+        return e, 2 * e
+    return (e + 20, 24 + e) if f.cross_entropy_impl == "torch" else (e + 36, 12 + e)
+
+
+def bias_grad_bytes(f: Fusion, e: float) -> float:
+    """Bytes per output element to reduce a linear layer's bias gradient (0 when the GEMM produces it)."""
+    return 0.0 if f.bias_grad else e
 
 
 def logits_memory_bytes(f: Fusion, e: float) -> float:

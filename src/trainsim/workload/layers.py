@@ -198,6 +198,13 @@ def _grad_casts(shard: Shard, elements: float) -> list[ComputeOp]:
     return [_ew(shard, "fp8_grad_cast", "bwd", elements * recipe_cost(shard.fp8_recipe).cast_bytes)]
 
 
+def _bias_grad(shard: Shard, name: str, elements: float) -> list[ComputeOp]:
+    """The reduction of a linear layer's bias gradient over its ``elements`` output-gradient elements, where the
+    stack does not produce it in the GEMM (:func:`trainsim.workload.fusion.bias_grad_bytes`)."""
+    nbytes = fz.bias_grad_bytes(shard.fusion, shard.act_bytes) * elements
+    return [_ew(shard, f"{name}_bias_grad", "bwd", nbytes, elements)] if nbytes else []
+
+
 def _norm(name: str, shard: Shard, h: int, rms: bool = False) -> tuple[ComputeOp, ComputeOp]:
     """LayerNorm/RMSNorm over ``h`` (fused, or the stack's eager RMSNorm chain when ``rms``)."""
     n = shard.elementwise_tokens * h
@@ -367,6 +374,8 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
         first = q_f, q_d, q_w = gemm_with_grads("qkv", t, (heads + 2 * groups) * d, h, dt)
         fwd.append(q_f)
         bwd += [*_grad_casts(shard, t * (heads + 2 * groups) * d), q_d, q_w]
+        if model.add_bias_linear or model.add_qkv_bias:
+            bwd += _bias_grad(shard, "qkv", t * (heads + 2 * groups) * d)
         if model.qk_layernorm:
             n = t * (heads + groups) * d
             fwd.append(_ew(shard, "qk_norm", "fwd", 2 * e * n, 5.0 * n))
@@ -391,6 +400,8 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
     proj = p_f, p_d, p_w = gemm_with_grads("attn_proj", t, h, heads * vd, dt)
     fwd.append(p_f)
     bwd += [*_grad_casts(shard, t * h), p_d, p_w]
+    if model.add_bias_linear:  # added after the TP reduction, on this GPU's sequence shard
+        bwd += _bias_grad(shard, "attn_proj", shard.elementwise_tokens * h)
     da_f, da_b = _dropout_add("attn_bias_dropout_add", shard, model)
     fwd.append(da_f)
     bwd.append(da_b)
@@ -449,6 +460,8 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     fc1 = f1, d1, w1 = gemm_with_grads(f"{name}_fc1", t, up, h, dt, batch)
     fwd.append(f1)
     bwd += [*_grad_casts(shard, batch * t * up), d1, w1]
+    if bias:
+        bwd += _bias_grad(shard, f"{name}_fc1", batch * t * up)
     n = batch * t * ffn
     af, ab = fz.activation_bytes(shard.fusion, e, swiglu, bias)
     if swiglu:
@@ -461,6 +474,8 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     fc2 = f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
     fwd.append(f2)
     bwd += [*_grad_casts(shard, batch * t * h), d2, w2]
+    if bias:  # a dense layer's fc2 bias is added after the TP reduction, on this GPU's sequence shard
+        bwd += _bias_grad(shard, f"{name}_fc2", batch * t * h if batch > 1 else shard.elementwise_tokens * h)
     return fwd, bwd, fc1, fc2
 
 
