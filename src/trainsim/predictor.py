@@ -156,6 +156,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "precision": tr.precision,
         "fp8_recipe": (tr.fp8_recipe or "delayed") if tr.precision == "fp8" else None,
         "fp8_param_gather": tr.fp8_param_gather,
+        "optimizer_cpu_offload": tr.optimizer_cpu_offload,
+        "optimizer_offload_fraction": tr.offloaded_fraction,
         "attention": tr.attention,
         "num_params": job.model.num_params,
         "num_active_params": job.model.num_active_params,

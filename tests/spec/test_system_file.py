@@ -12,7 +12,15 @@ import yaml
 from cli_helpers import check_one_line_error, run
 from trainsim.errors import TrainsimError, TrainsimWarning
 from trainsim.spec.presets import list_systems, load_system
-from trainsim.spec.system_file import DEPRECATED_KEYS, GPUFile, NetworkFile, NodeFile, PeakTflops, SystemFile
+from trainsim.spec.system_file import (
+    DEPRECATED_KEYS,
+    GPUFile,
+    HostFile,
+    NetworkFile,
+    NodeFile,
+    PeakTflops,
+    SystemFile,
+)
 
 GOOD = """
 name: mine
@@ -95,11 +103,21 @@ def test_presets_use_the_current_names(name):
 def test_every_field_is_documented():
     doc = (Path(__file__).parents[2] / "docs" / "systems.md").read_text()
     for section, cls in (("", SystemFile), ("gpu.", GPUFile), ("gpu.peak_tflops.", PeakTflops),
-                         ("node.", NodeFile), ("network.", NetworkFile)):
+                         ("node.", NodeFile), ("network.", NetworkFile), ("host.", HostFile)):
         for name in cls.model_fields:
-            if name in ("gpu", "node", "network", "peak_tflops"):
+            if name in ("gpu", "node", "network", "host", "peak_tflops"):
                 continue
             assert re.search(rf"`{re.escape(section + name)}`", doc), f"{section}{name} is not in docs/systems.md"
     for renames in DEPRECATED_KEYS.values():
         for old in renames:
             assert old in doc
+
+
+def test_host_section_is_optional_and_in_si_units(tmp_path):
+    assert load_system(_write(tmp_path, GOOD)).host is None
+    s = load_system(_write(tmp_path, GOOD + "host: {link_bandwidth_gb_s: 63, memory_bandwidth_gb_s: 76.8}\n"))
+    assert s.host is not None and s.host.link_bandwidth == pytest.approx(63e9)
+    assert s.host.memory_bandwidth == pytest.approx(76.8e9)
+    typo = "host: {link_bandwidth_gb_s: 63, memory_bandwidth_gb_s: 1, pcie_gb_s: 1}\n"
+    with pytest.raises(TrainsimError, match=r"system\.host\.pcie_gb_s: unknown field"):
+        load_system(_write(tmp_path, GOOD + typo))

@@ -588,3 +588,26 @@ def test_state_space_models_are_reported_not_predicted_as_transformers(tmp_path,
 def test_export_variant_gpus_map_to_their_presets(tmp_path):
     assert one(tmp_path, gpu="H800 SXM5 80GB").job.system.name == "hgx-h800"
     assert one(tmp_path, gpu="NVIDIA A800-SXM4-80GB").job.system.name == "hgx-a800"
+
+
+@pytest.mark.parametrize(("source", "notes", "zero", "fraction"), [
+    ("DeepSpeed ZeRO-Offload", "", 2, 1.0),  # ZeRO-Offload is built on ZeRO-2
+    ("DeepSpeed", "ZeRO-3 with offload_optimizer to cpu", 3, 1.0),
+    ("Megatron-Core 2025", "--use-distributed-optimizer --optimizer-cpu-offload --optimizer-offload-fraction 0.5", 1,
+     0.5),
+])
+def test_cpu_optimizer_offload_in_the_text(tmp_path, source, notes, zero, fraction):
+    m = one(tmp_path, source=source, notes=notes, gpu="A100-SXM4-80GB")
+    assert m.job.training.offloaded_fraction == fraction and m.job.training.zero_stage == zero
+    assert any("optimizer offloaded to the CPU" in a for a in m.assumptions)
+    assert not one(tmp_path, notes="--optimizer-offload-fraction 0.5").job.training.optimizer_cpu_offload
+
+
+@pytest.mark.parametrize(("source", "notes", "reason"), [
+    ("DeepSpeed ZeRO-Infinity", "", "not modelled"),
+    ("DeepSpeed", "ZeRO-3, offload_param to cpu", "not modelled"),
+    ("PyTorch FSDP", "CPU offload", "offers no optimizer-only CPU offload"),
+])
+def test_offloading_that_is_not_modelled_is_reported(tmp_path, source, notes, reason):
+    table = load_table(write(tmp_path, [row("x_1", source=source, notes=notes)]))
+    assert not table.rows and reason in table.skipped[0].reason

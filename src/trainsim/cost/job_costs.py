@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement, Placements, collective_time, placements_of
 from trainsim.cost.compute import op_time
+from trainsim.cost.offload import host_step_time
 from trainsim.cost.sharded import Unit, Zero3Comm, pass_overhead
 from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
@@ -439,7 +440,9 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", Group.EMBEDDING, "bwd",
                                                v_h * grad_bytes_pp, Overlap.DP_WINDOW), places[Group.EMBEDDING])
         local = dense / shards + expert / job.expert_dp if sh.zero_stage >= 1 else params
-        opt = model.optimizer_step(local)
+        # CPU offloading: the GPU steps its share while the host steps the offloaded one (trainsim.cost.offload)
+        opt = max(model.optimizer_step(local * (1.0 - job.training.offloaded_fraction)),
+                  host_step_time(job, local))
         zero3 = 0.0
         comm = zero3_layer_comm(job, model, dp_place, params, layers)
         if comm is not None:

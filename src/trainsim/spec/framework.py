@@ -113,6 +113,9 @@ class Framework(Spec, frozen=True):
                                   "arguments.py switches it off otherwise, e.g. fp16 without "
                                   "--accumulate-allreduce-grads-in-fp32); None: no such rule")
     # ---- optimizer -----------------------------------------------------------------------------------------------
+    optimizer_cpu_offload: bool = Field(
+        description="the stack can keep the optimizer (master weights, moments, step) on the host CPU while the "
+                    "parameters stay on the GPU (--optimizer-cpu-offload)")
     optimizer_impl: Annotated[OptimizerImpl, Flag("--optimizer-impl", megatron=False,
                                                   help="fused, foreach or loop")] = Field(
         description="fused (one kernel), foreach (multi-tensor with temporaries), "

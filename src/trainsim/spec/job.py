@@ -393,6 +393,23 @@ def validate_job(job: Job) -> None:
         )
 
 
+def _check_offload(job: Job, zero: int) -> None:
+    """CPU optimizer offloading needs a stack that offers it, the sharded (distributed) optimizer and a described
+    host."""
+    field = "training.optimizer_cpu_offload"
+    name = job.framework.label
+    if not job.framework.optimizer_cpu_offload:
+        raise TrainsimError(field, f"{name} offers no optimizer-only CPU offload",
+                            "use --framework deepspeed, megatron-deepspeed, megatron-core or nemo, or no offload")
+    if zero < 1:
+        raise TrainsimError(field, "CPU optimizer offload runs the sharded optimizer on the host",
+                            "add --use-distributed-optimizer (ZeRO stage 1 or higher)")
+    if job.system.host is None:
+        raise TrainsimError("system.host",
+                            f"system {job.system.name} describes no host CPU for the offloaded optimizer",
+                            "add a host: section (link_bandwidth_gb_s, memory_bandwidth_gb_s) to the system YAML")
+
+
 def check_framework(job: Job) -> None:
     """Feasibility rules of the job's software stack (what the profile's engines offer)."""
     fw, par, tr = job.framework, job.parallelism, job.training
@@ -416,6 +433,8 @@ def check_framework(job: Job) -> None:
     if par.pp > 1 and fw.pipeline_schedules and job.schedule not in fw.pipeline_schedules:
         warn("parallelism.schedule", f"{name} ships no {job.schedule} schedule (it ships "
              f"{', '.join(fw.pipeline_schedules)}): predicted as if it did")
+    if tr.offloaded_fraction > 0:
+        _check_offload(job, zero)
     for axis, size, ok in ((Axis.TP, par.tp, fw.supports_tp), (Axis.CP, par.cp, fw.supports_cp),
                            (Axis.EP, par.ep, fw.supports_ep)):
         if size > 1 and not ok:

@@ -84,6 +84,15 @@ class Network(Spec, frozen=True):
     )
 
 
+class Host(Spec, frozen=True):
+    """The CPU side of a node, per GPU: what CPU offloading (optimizer states and step on the host) runs on."""
+
+    link_bandwidth: float = Field(gt=0, description="bytes/s per GPU per direction between host memory and the GPU "
+                                                    "(PCIe, or NVLink-C2C on Grace parts)")
+    memory_bandwidth: float = Field(gt=0, description="bytes/s of host DRAM bandwidth per GPU (the node's CPU "
+                                                      "memory bandwidth divided by its GPUs)")
+
+
 class System(Spec, frozen=True):
     """A cluster of identical nodes."""
 
@@ -91,6 +100,7 @@ class System(Spec, frozen=True):
     gpu: GPU
     node: Node
     network: Network
+    host: Host | None = Field(default=None, description="CPU side per GPU; None: not described (no CPU offloading)")
     price_per_gpu_hour: Annotated[float, Flag("--price-per-gpu-hour", megatron=False, help="price per GPU-hour",
                                               unit="USD")] = Field(default=2.0, ge=0, le=MAX_PRICE, description="USD")
     source: str | None = None

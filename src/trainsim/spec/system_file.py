@@ -93,6 +93,15 @@ class NetworkFile(_File):
                                              "bisection bandwidth; absent: always")
 
 
+class HostFile(_File):
+    """``host:`` section (optional): the CPU side of a node, per GPU (read by CPU optimizer offloading)."""
+
+    link_bandwidth_gb_s: float = Field(gt=0, description="host-GPU link per GPU per direction (PCIe or NVLink-C2C), "
+                                                         "GB/s")
+    memory_bandwidth_gb_s: float = Field(gt=0, description="host DRAM bandwidth per GPU (the node's CPU memory "
+                                                           "bandwidth divided by its GPUs), GB/s")
+
+
 class SystemFile(_File):
     """A whole system YAML file."""
 
@@ -103,6 +112,7 @@ class SystemFile(_File):
     gpu: GPUFile
     node: NodeFile
     network: NetworkFile
+    host: HostFile | None = None
 
     def to_system(self, name: str | None = None) -> System:
         """The :class:`System` in SI units (absent optional fields keep :class:`System`'s defaults)."""
@@ -132,6 +142,9 @@ class SystemFile(_File):
         }
         if self.price_per_gpu_hour is not None:
             data["price_per_gpu_hour"] = self.price_per_gpu_hour
+        if self.host is not None:
+            data["host"] = {"link_bandwidth": self.host.link_bandwidth_gb_s * _GIGA,
+                            "memory_bandwidth": self.host.memory_bandwidth_gb_s * _GIGA}
         return System(**data)
 
 

@@ -108,6 +108,16 @@ class Training(Spec, frozen=True):
         default=None,
         description="gradient buffer and its reduction in fp32 (None: Megatron's default, fp32 unless fp16 training)",
     )
+    optimizer_cpu_offload: Annotated[bool, Flag(
+        "--optimizer-cpu-offload",
+        help="optimizer states, master weights and step on the host CPU (ZeRO-Offload)")] = Field(
+        default=False,
+        description="Megatron-Core --optimizer-cpu-offload, DeepSpeed offload_optimizer (ZeRO-Offload): master "
+                    "weights, moments and the step of this GPU's optimizer shard held and run on the host CPU")
+    optimizer_offload_fraction: Annotated[float, Flag(
+        "--optimizer-offload-fraction", help="with --optimizer-cpu-offload: share of the optimizer on the CPU "
+                                             "(default 1)")] = Field(
+        default=1.0, ge=0.0, le=1.0, description="with optimizer_cpu_offload: the share offloaded (Megatron default 1)")
     ddp_bucket_size: Annotated[int | None, Flag(
         "--ddp-bucket-size", help="parameters per data-parallel gradient bucket (default: the framework's)",
         unit="parameters")] = Field(default=None, gt=0, description="parameters per DP bucket (Megatron default)")
@@ -121,6 +131,11 @@ class Training(Spec, frozen=True):
         if self.grad_reduce_in_fp32 is not None:
             return self.grad_reduce_in_fp32
         return self.precision != "fp16"
+
+    @property
+    def offloaded_fraction(self) -> float:
+        """Share of this GPU's optimizer held and stepped on the host CPU (0 without CPU offloading)."""
+        return self.optimizer_offload_fraction if self.optimizer_cpu_offload else 0.0
 
     @property
     def use_distributed_optimizer(self) -> bool:

@@ -161,6 +161,13 @@ def reports_eq3(name: str, label: str) -> bool:
 
 _FP8_PARAM_GATHER = r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)"  # Megatron flag or NeMo config
 
+#: CPU optimizer offloading in words: offload_optimizer, "optimizer (state) offload", ZeRO-Offload, CPU-Adam.
+_OPTIMIZER_OFFLOAD = (r"(?i)offload[\s_-]*optimizer|(?<![-\w])optimizer[\s_-]*(?:states?[\s_-]*)?(?:cpu[\s_-]*)?"
+                      r"offload|zero[\s_-]*offload|cpu[\s_-]*adam|cpu[\s_-]*offload|offload(?:ed|ing)?[\s_-]+to[\s_-]+"
+                      r"(?:the[\s_-]+)?cpu")
+#: Offloading trainsim does not model (the parameters or NVMe): a row that states it is not predicted.
+UNMODELLED_OFFLOAD = re.compile(r"offload[\s_-]*param|param(?:eter)?s?[\s_-]*(?:cpu[\s_-]*)?offload|\bnvme\b|"
+                                r"zero[\s_-]*infinity", re.IGNORECASE)
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
 #: (Megatron ``arguments.py`` asserts both), so they imply them.
@@ -188,6 +195,15 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--micro-batch-size[=\s]+(\d+)", "micro_batch", None),
     (r"--zero-stage[=\s]+([0-3])\b", "zero", None),
     (r"(?i)\bzero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", "zero", None),  # "ZeRO-3", "ZeRO stage 2"
+    # CPU optimizer offloading: Megatron-Core's flags, DeepSpeed's offload_optimizer / ZeRO-Offload / CPU-Adam
+    (r"(?s)(?=.*--optimizer-cpu-offload\b).*?--optimizer-offload-fraction[=\s]+([0-9]*\.?[0-9]+)",
+     "optimizer_offload", None),
+    (r"--optimizer-cpu-offload\b", "optimizer_offload", 1.0),
+    (_OPTIMIZER_OFFLOAD, "optimizer_offload", 1.0),
+    # the stage an offloading run needs when none is named: Megatron's flag needs the distributed optimizer;
+    # ZeRO-Offload is built on ZeRO-2 (Ren et al. 2021)
+    (r"--optimizer-cpu-offload\b", "zero", 1),
+    (_OPTIMIZER_OFFLOAD, "zero", 2),
 )
 
 
@@ -208,6 +224,8 @@ def notes_flags(notes: str) -> dict[str, Any]:
     for key in ("micro_batch", "zero"):
         if key in out:
             out[key] = int(out[key])
+    if "optimizer_offload" in out:
+        out["optimizer_offload"] = min(1.0, float(out["optimizer_offload"]))
     return out
 
 

@@ -69,6 +69,7 @@ from trainsim.validation.row_rules import (
     NON_TRANSFORMER_NAME,
     NVL_TRAY_GPUS,
     SYSTEM_FOR_GPU_KEY,
+    UNMODELLED_OFFLOAD,
     Family,
     family_of,
     infer_framework,
@@ -382,6 +383,10 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
 
 
 # ---- the row ------------------------------------------------------------------------------------------------------
+#: Settings a row's source text may state (a paper or blog named after the technique: "ZeRO-3", "ZeRO-Offload").
+SOURCE_STATED = ("zero", "optimizer_offload")
+
+
 def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
               sp: bool, dp: int) -> tuple[Training, list[str]]:
     """The row's training settings; the global batch and micro-batch made whole over ``dp`` (:func:`whole_batch`)."""
@@ -406,9 +411,14 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
                         overlap_grad_reduce=ogr, overlap_param_gather=opg, tp_comm_overlap=tpo,
                         overlap_p2p_comm=d["overlap_p2p_comm"], attention=stated.get("attention"),
                         fp8_param_gather=bool(stated.get("fp8_param_gather")) and precision == "fp8"
-                        and (zero is None or zero >= 1))
+                        and (zero is None or zero >= 1),
+                        optimizer_cpu_offload="optimizer_offload" in stated,
+                        optimizer_offload_fraction=stated.get("optimizer_offload", 1.0))
     assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
                 if getattr(training, k) and stated.get(k)]
+    if training.offloaded_fraction:
+        assumed.append(f"optimizer offloaded to the CPU: fraction {training.offloaded_fraction:g} "
+                       "(stated in the source or notes)")
     if training.attention and stated.get("attention"):
         assumed.append(f"attention {training.attention} (from the notes)")
     return training, assumed
@@ -507,10 +517,15 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     rid = str(row["id"])
     notes = _text(row, "notes") or ""
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
+    unmodelled = UNMODELLED_OFFLOAD.search(notes) or UNMODELLED_OFFLOAD.search(_text(row, "source") or "")
+    if unmodelled:
+        raise RowError(f"notes: {unmodelled.group(0)!r}: offloading parameters (or to NVMe) is not modelled; "
+                       "trainsim models the optimizer's CPU offload only")
     stated = notes_flags(notes)
-    zero_in_source = notes_flags(_text(row, "source") or "").get("zero") if "zero" not in stated else None
-    if zero_in_source is not None:  # "DeepSpeed ZeRO-3 ..." in the source: the stage the run used
-        stated["zero"] = zero_in_source
+    # "DeepSpeed ZeRO-3 ..." or "ZeRO-Offload" in the source: the stage and the offloading the run used
+    in_source = {k: v for k, v in notes_flags(_text(row, "source") or "").items()
+                 if k in SOURCE_STATED and k not in stated}
+    stated |= in_source
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
     fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8)
     framework = load_framework(fw_name)
@@ -535,7 +550,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     batch_ratio = training.global_batch_size / _required_int(row, "global_batch")
     measured = measured_iteration_time(row, model, system, training.precision, eq3) * batch_ratio
     if _zero(row) is None and "zero" in stated:
-        tr_notes.append(f"zero {stated['zero']} (named in the {'source' if zero_in_source is not None else 'notes'})")
+        tr_notes.append(f"zero {stated['zero']} (named in the {'source' if 'zero' in in_source else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,

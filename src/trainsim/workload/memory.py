@@ -391,6 +391,13 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     # fp32 copy of 16-bit gradients
     local = (dense / (job.dp * cp) + expert / job.expert_dp) if sh.memory_stage >= 1 else dense + expert
     step = local * (fw.step_transient_bytes() + main_grad_copy_bytes(fw, tr.precision, tr.grads_in_fp32))
+    # CPU optimizer offloading: the offloaded share's master weights, moments and step live on the host, and with
+    # sharded gradients (ZeRO-2/3) so does that share's gradient partition (DeepSpeed's offloaded fp32 partition)
+    kept = 1.0 - tr.offloaded_fraction
+    optimizer *= kept
+    step *= kept
+    if sh.memory_stage >= 2:
+        gradients *= kept
     return StageMemory(stage=stage, weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
                        activations_bytes=activations, other_bytes=other, optimizer_step_bytes=step,
                        allocator_reserve_bytes=reserve)
