@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from cli_helpers import check_one_line_error, run
+from trainsim.predictor import memory_report
+from trainsim.spec import Job
 from trainsim.spec.framework import list_frameworks
 from trainsim.validation.measurements import (
     MEASURED_COLUMNS,
@@ -306,11 +308,16 @@ def test_empty_vpp_takes_the_stacks_documented_interleaving(tmp_path):
     assert megatron.job.parallelism.vpp == 1  # Megatron: an empty cell is not interleaved
 
 
-def test_first_last_stage_layers_from_the_notes_or_reported(tmp_path):
+def test_first_last_stage_layers_from_the_notes_or_balanced_or_reported(tmp_path):
     m = one(tmp_path, L=29, pp=4, notes="uneven split: first stage 5 layers, last stage 8 layers")
     assert m.job.layers_per_stage == (5, 8, 8, 8)
-    table = load_table(write(tmp_path, [row("odd_1", L=29, pp=4)]))
-    assert not table.rows and table.skipped[0].reason.startswith("L:")
+    # unstated: the middle stages take the fewest layers that leave the first and last no more (61 over 16: 4 each,
+    # first 3, last 2, as DeepSeek-V3's 61 layers over 16 pipeline ranks must split unevenly)
+    m = one(tmp_path, L=61, pp=16, num_gpus=16, global_batch=32)
+    assert m.job.layers_per_stage == (3, *[4] * 14, 2)
+    assert any(a.startswith("first/last stage layers 3/2 (unstated") for a in m.assumptions)
+    table = load_table(write(tmp_path, [row("odd_1", L=61, pp=16, vpp=2, num_gpus=16, global_batch=32)]))
+    assert not table.rows and table.skipped[0].reason.startswith("L:")  # no split with every rank a multiple of 2
 
 
 # ---- engines ------------------------------------------------------------------------------------------------------
@@ -611,3 +618,23 @@ def test_cpu_optimizer_offload_in_the_text(tmp_path, source, notes, zero, fracti
 def test_offloading_that_is_not_modelled_is_reported(tmp_path, source, notes, reason):
     table = load_table(write(tmp_path, [row("x_1", source=source, notes=notes)]))
     assert not table.rows and reason in table.skipped[0].reason
+
+
+@pytest.mark.parametrize("notes", ["--expert-model-parallel-size 8", "TP2 PP4 EP8"])
+def test_expert_parallelism_in_the_notes(tmp_path, notes):
+    m = one(tmp_path, model="Mixtral-8x22B", L=56, h=6144, heads=48, kv_heads=8, ffn=16384, vocab=32768, tp=2, pp=4,
+            num_gpus=128, global_batch=256, notes=notes)
+    assert m.job.parallelism.ep == 8 and "ep 8 (from the notes)" in m.assumptions
+
+
+def test_unstated_expert_parallelism_is_the_smallest_that_fits(tmp_path):
+    m = one(tmp_path, model="Mixtral-8x22B", L=56, h=6144, heads=48, kv_heads=8, ffn=16384, vocab=32768, tp=2, pp=4,
+            num_gpus=128, global_batch=256)
+    ep = m.job.parallelism.ep
+    assert ep > 1 and f"ep {ep} (unstated; with ep 1 the run would not fit in memory)" in m.assumptions
+    assert m.job.training.recompute_granularity == "none"  # expert parallelism before recomputation
+    j = m.job
+    assert memory_report(j).fits
+    smaller = Job(model=j.model, system=j.system, parallelism=j.parallelism.replace(ep=ep // 2), training=j.training,
+                  num_gpus=j.num_gpus, framework=j.framework)
+    assert not memory_report(smaller).fits

@@ -193,6 +193,9 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),
     (r"--micro-batch-size[=\s]+(\d+)", "micro_batch", None),
+    (r"--expert-model-parallel-size[=\s]+(\d+)", "ep", None),
+    (r"\bEP[\s=:]*(\d+)\b", "ep", None),  # "EP64", "EP 8" (case-sensitive: the usual abbreviation)
+    (r"--expert-tensor-parallel-size[=\s]+(\d+)", "etp", None),
     (r"--zero-stage[=\s]+([0-3])\b", "zero", None),
     (r"(?i)\bzero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", "zero", None),  # "ZeRO-3", "ZeRO stage 2"
     # CPU optimizer offloading: Megatron-Core's flags, DeepSpeed's offload_optimizer / ZeRO-Offload / CPU-Adam
@@ -221,7 +224,7 @@ def notes_flags(notes: str) -> dict[str, Any]:
         if found is None or key in out:
             continue
         out[key] = value if value is not None else found.group(1)
-    for key in ("micro_batch", "zero"):
+    for key in ("micro_batch", "zero", "ep", "etp"):
         if key in out:
             out[key] = int(out[key])
     if "optimizer_offload" in out:

@@ -13,8 +13,10 @@ docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
   (no gradient accumulation unless stated: Hugging Face ``gradient_accumulation_steps`` and DeepSpeed
   ``gradient_accumulation_steps`` default to 1, torchtitan accumulates only when ``global_batch_size`` exceeds
   ``local_batch_size`` × dp), halved until the run fits in memory (llm-foundry's ``device_train_microbatch_size:
-  auto`` picks the largest that fits); ``tp``, ``pp``, ``vpp``, ``cp`` (and the optional ``ep`` column): 1; ``dp``:
-  from ``num_gpus / (tp·pp·cp)``;
+  auto`` picks the largest that fits); ``tp``, ``pp``, ``vpp``, ``cp``: 1; ``dp``: from ``num_gpus / (tp·pp·cp)``;
+- ``ep`` (optional column): the notes' ``--expert-model-parallel-size N`` or ``EPN``, else 1 (Megatron's default)
+  unless a mixture-of-experts run would then not fit: the smallest power-of-two size dividing the experts that
+  fits without recomputation, else with it (:func:`expert_parallel_that_fits`);
 - ``sp``: off (Megatron's ``--sequence-parallel`` default), on with tp > 1 for ``nemo`` (NeMo / Megatron-Bridge
   recipes set ``sequence_parallel=True`` with TP) and the stacks whose TP always shards the sequence (the profile's
   ``tp_shards_sequence``: torchtitan's TP plan, Meta's Llama 3);
@@ -29,11 +31,12 @@ docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
 Layers that do not divide over ``pp·vpp``: an optional ``pipeline_layout`` or ``first_stage_layers`` /
 ``last_stage_layers`` column wins; else when ``L + 2`` divides, the embedding and the loss count as one layer each
 (Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``: the first
-and last stage hold one layer fewer, as Meta's Llama 3 405B and NeMo's 405B recipe); else first/last stage layer counts
-stated in the notes (``--decoder-first-pipeline-num-layers N`` or "first stage ... N layers"); else the row is not
-predictable. Model: a model preset of the same shape (``L``, ``h``, ``heads``, ``kv_heads``) whose family name occurs
-in the row's model name gives the architecture (this is how mixture-of-experts models are recognised: the schema has
-no expert columns, and an MoE name without such a preset is not predictable); otherwise the family rules of
+and last stage hold one layer fewer, as Meta's Llama 3 405B and NeMo's 405B recipe); else first/last stage layer
+counts stated in the notes (``--decoder-first-pipeline-num-layers N`` or "first stage ... N layers"); else a
+balanced uneven split (:func:`balanced_first_last`, reported with the row); else the row is not predictable. Model:
+a model preset of the same shape (``L``, ``h``, ``heads``, ``kv_heads``) whose family name occurs in the row's model
+name gives the architecture (this is how mixture-of-experts models are recognised: the schema has no expert columns,
+and an MoE name without such a preset is not predictable); otherwise the family rules of
 :data:`~trainsim.validation.row_rules.FAMILIES`. Optional extension columns: ``framework``, ``ep``,
 ``first_stage_layers``, ``last_stage_layers``, ``pipeline_layout``.
 """
@@ -48,6 +51,7 @@ from typing import Any
 
 import pandas as pd
 
+from trainsim.errors import TrainsimError
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model, megatron_swiglu_ffn
@@ -336,9 +340,34 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str) -
     stated = _stated_first_last(notes)
     if stated:
         return stated, ["first/last stage layers from the notes"]
+    balanced = balanced_first_last(layers, pp, vpp)
+    if balanced is not None:
+        first, last, each = balanced
+        return ({"first_stage_layers": first, "last_stage_layers": last},
+                [f"first/last stage layers {first}/{last} (unstated; {layers} layers do not divide over pp·vpp = "
+                 f"{stages}: the middle stages hold {each} each, the first and last the rest)"])
     raise RowError(f"L: {layers} layers do not divide over pp·vpp = {stages}, nor with the embedding and loss "
                    f"counted as layers ({layers + 2}); state the first/last stage layers (notes or "
                    "first_stage_layers/last_stage_layers columns)")
+
+
+def balanced_first_last(layers: int, pp: int, vpp: int) -> tuple[int, int, int] | None:
+    """(first, last, middle) stage layer counts of an uneven split a record leaves unstated: the fewest layers on
+    every middle stage that leave the first and last stages no more (they also hold the embedding and the head, as
+    Megatron-Core's ``--decoder-first/last-pipeline-num-layers`` are used), the remainder split between them, one
+    more on the first; every count a multiple of ``vpp`` (Megatron's rule for interleaving). ``None``: no such
+    split (e.g. pp < 2)."""
+    if pp < 2:
+        return None
+    each = -(-layers // pp)
+    while (pp - 2) * each <= layers:
+        rest = layers - (pp - 2) * each
+        last = (rest // 2) // vpp * vpp
+        first = rest - last
+        if each % vpp == 0 and first % vpp == 0 and 0 < last <= first <= each:
+            return first, last, each
+        each += 1
+    return None
 
 
 def _pick(key: str, cell: Any, stated: dict[str, Any], default: Any, assumed: list[str] | None) -> Any:
@@ -370,15 +399,17 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
                     stated: dict[str, Any], framework: Framework | None = None) -> tuple[Parallelism, list[str]]:
     """Parallel degrees (empty: 1, or the framework's default virtual stages; dp from the GPU count), sequence
     parallelism and the pipeline split."""
-    tp, pp, vpp, cp, ep = (_int(row, k) or 1 for k in ("tp", "pp", "vpp", "cp", "ep"))
+    tp, pp, vpp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "vpp", "cp"))
     assumed: list[str] = []
+    ep = int(_pick("ep", _int(row, "ep"), stated, 1, assumed if "ep" in stated else None))
+    etp = stated.get("etp")
     if _int(row, "vpp") is None and framework is not None and (v := default_vpp(framework, layers, pp)) is not None:
         vpp = v
         assumed.append(f"vpp {v} ({framework.name}: {framework.virtual_stages_default})")
     sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
     split, split_notes = pipeline_split(row, layers, pp, vpp, notes)
-    par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=_int(row, "dp"), sequence_parallel=sp and tp > 1,
-                      **split)
+    par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=_int(row, "dp"),
+                      sequence_parallel=sp and tp > 1, **split)
     return par, assumed + split_notes
 
 
@@ -487,6 +518,30 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
     return job, notes + ([why_zero] if why_zero else [])
 
 
+def expert_parallel_that_fits(job: Job, notes: list[str],
+                               fit_with: Callable[[Parallelism, bool], tuple[Job, list[str]]]
+                               ) -> tuple[Job, list[str], list[str]]:
+    """An unstated expert parallelism: Megatron's default (1) when the run fits (with the lightest recomputation
+    that fits, if that is unstated too); else the smallest power-of-two expert-parallel size that divides the
+    experts, is a valid layout and fits without recomputation, else with it (the run ran, so its experts were spread
+    over enough GPUs). Returns the job, its training notes and the parallelism note."""
+    from trainsim.predictor import memory_report
+
+    if memory_report(job).fits:
+        return job, notes, []
+    experts = job.model.num_experts or 1
+    sizes = [2**k for k in range(1, experts.bit_length()) if experts % 2**k == 0]
+    for recompute in (False, True):
+        for ep in sizes:
+            try:
+                candidate, cand_notes = fit_with(job.parallelism.replace(ep=ep), recompute)
+            except TrainsimError:
+                continue
+            if memory_report(candidate).fits:
+                return candidate, cand_notes, [f"ep {ep} (unstated; with ep 1 the run would not fit in memory)"]
+    return job, notes, []
+
+
 def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, int, list[str]]:
     """The global batch and micro-batch a row's run can take, and the note when they are not the stated ones.
 
@@ -538,13 +593,23 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     dp = par.dp or max(1, num_gpus // (par.tp * par.pp * par.cp))
     training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, dp)
 
-    def build(tr: Training) -> Job:
-        return Job(model=model, system=system, parallelism=par, training=tr, num_gpus=num_gpus, framework=framework)
-
     free_recompute = _recompute(row) is None and "recompute" not in stated
     free_mbs = d["micro_batch"] == LOCAL_BATCH and _int(row, "micro_batch") is None and "micro_batch" not in stated
-    job, tr_notes = fitting_job(build, training, tr_notes, free_recompute, free_mbs,
-                                free_zero=training.zero_stage is None)
+
+    stated_notes = tr_notes
+
+    def fit_with(parallelism: Parallelism, recompute: bool = True) -> tuple[Job, list[str]]:
+        def build(tr: Training) -> Job:
+            return Job(model=model, system=system, parallelism=parallelism, training=tr, num_gpus=num_gpus,
+                       framework=framework)
+
+        return fitting_job(build, training, stated_notes, free_recompute and recompute, free_mbs,
+                           free_zero=training.zero_stage is None)
+
+    job, tr_notes = fit_with(par)
+    if model.is_moe and _int(row, "ep") is None and "ep" not in stated:
+        job, tr_notes, ep_note = expert_parallel_that_fits(job, tr_notes, fit_with)
+        par_notes += ep_note
     eq3 = job.training.recompute_granularity != "none" if reports_eq3(framework.name, framework.label) else None
     # a global batch made whole is compared at the measured throughput
     batch_ratio = training.global_batch_size / _required_int(row, "global_batch")
