@@ -638,3 +638,24 @@ def test_unstated_expert_parallelism_is_the_smallest_that_fits(tmp_path):
     smaller = Job(model=j.model, system=j.system, parallelism=j.parallelism.replace(ep=ep // 2), training=j.training,
                   num_gpus=j.num_gpus, framework=j.framework)
     assert not memory_report(smaller).fits
+
+
+@pytest.mark.parametrize(("notes", "field", "value"), [
+    ("torch.compile, selective AC", "torch_compile", True),
+    ("--enable-cuda-graph", "cuda_graphs", True),
+    ("CUDA graphs for the whole step", "cuda_graphs", True),
+    ("numbers compiled from the paper's Table 3", "torch_compile", False),
+])
+def test_compilation_named_in_the_notes_switches_the_profile(tmp_path, notes, field, value):
+    m = one(tmp_path, source="torchtitan", notes=notes)
+    assert getattr(m.job.framework, field) is value
+    assert (f"{field} (from the notes)" in m.assumptions) is value
+
+
+@pytest.mark.parametrize(("notes", "recompute"), [
+    ("gradient_checkpointing=True", "full"), ("selective activation checkpointing", "selective"),
+    ("gradient_checkpointing=False", "none"),
+])
+def test_activation_checkpointing_in_words(tmp_path, notes, recompute):
+    m = one(tmp_path, source="Hugging Face accelerate", notes=notes, global_batch=8)
+    assert m.job.training.recompute_granularity == recompute

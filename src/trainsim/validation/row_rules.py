@@ -168,6 +168,10 @@ _OPTIMIZER_OFFLOAD = (r"(?i)offload[\s_-]*optimizer|(?<![-\w])optimizer[\s_-]*(?
 #: Offloading trainsim does not model (the parameters or NVMe): a row that states it is not predicted.
 UNMODELLED_OFFLOAD = re.compile(r"offload[\s_-]*param|param(?:eter)?s?[\s_-]*(?:cpu[\s_-]*)?offload|\bnvme\b|"
                                 r"zero[\s_-]*infinity", re.IGNORECASE)
+#: Not followed by a value that switches the setting off ("gradient_checkpointing=False").
+_NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
+#: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
+FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs")
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
 #: (Megatron ``arguments.py`` asserts both), so they imply them.
@@ -198,6 +202,13 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--expert-tensor-parallel-size[=\s]+(\d+)", "etp", None),
     (r"--zero-stage[=\s]+([0-3])\b", "zero", None),
     (r"(?i)\bzero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", "zero", None),  # "ZeRO-3", "ZeRO stage 2"
+    # activation checkpointing in words (Hugging Face gradient_checkpointing, torchtitan's selective / full AC)
+    (r"(?i:selective[\s_-]+(?:activation[\s_-]+)?(?:checkpointing|recomput\w*|ac)\b)" + _NOT_OFF, "recompute",
+     "selective"),
+    (r"(?i:(?:gradient|activation)[\s_-]*checkpointing|\bfull[\s_-]+ac\b)" + _NOT_OFF, "recompute", "full"),
+    # the stack's compilation: torch.compile (torchtitan --compile / compile.enable), CUDA graphs (Megatron / NeMo)
+    (r"(?i:torch[\s._-]*compile|--compile\b|compile\.enable|--training\.compile)", "torch_compile", True),
+    (r"--enable-cuda-graph\b|--external-cuda-graph\b|(?i:cuda[\s_-]*graphs?\b)", "cuda_graphs", True),
     # CPU optimizer offloading: Megatron-Core's flags, DeepSpeed's offload_optimizer / ZeRO-Offload / CPU-Adam
     (r"(?s)(?=.*--optimizer-cpu-offload\b).*?--optimizer-offload-fraction[=\s]+([0-9]*\.?[0-9]+)",
      "optimizer_offload", None),

@@ -68,6 +68,7 @@ from trainsim.validation.measurements import (
     parse_number,
 )
 from trainsim.validation.row_rules import (
+    FRAMEWORK_NOTES,
     MOE_NAME,
     NO_DROPOUT_GPT_FRAMEWORKS,
     NON_TRANSFORMER_NAME,
@@ -584,6 +585,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
     fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8)
     framework = load_framework(fw_name)
+    switched = {k: stated[k] for k in FRAMEWORK_NOTES if k in stated}
+    if switched:  # torch.compile / CUDA graphs named in the notes
+        framework = framework.replace(**switched)
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
@@ -618,6 +622,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         tr_notes.append(f"zero {stated['zero']} (named in the {'source' if 'zero' in in_source else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
-    assumptions = (f"framework {framework.label} ({rule})", *sys_notes, *model_notes, *par_notes, *tr_notes,
+    assumptions = (f"framework {framework.label} ({rule})", *[f"{k} (from the notes)" for k in switched],
+                   *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
