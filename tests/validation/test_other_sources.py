@@ -212,6 +212,10 @@ def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
     assert stated.job.training.recompute_granularity == "none"
     free = one(tmp_path, **(cells | {"zero": None}), micro_batch=4)  # unstated: the distributed optimizer comes first
     assert free.job.training.zero_stage == 1 and free.job.training.recompute_granularity == "none"
+    # torchtitan's selective checkpointing is op-level: it saves memory with flash attention too, so it comes first
+    titan = one(tmp_path, source="torchtitan", model="Llama 3.1 8B", L=32, h=4096, heads=32, kv_heads=8, ffn=14336,
+                vocab=128256, seq=8192, global_batch=16, micro_batch=2)
+    assert titan.job.training.recompute_granularity == "selective"
 
 
 def test_unstated_micro_batch_is_the_local_batch_for_sharded_and_hf_stacks(tmp_path):

@@ -21,8 +21,8 @@ docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
   recipes set ``sequence_parallel=True`` with TP) and the stacks whose TP always shards the sequence (the profile's
   ``tp_shards_sequence``: torchtitan's TP plan, Meta's Llama 3);
 - ``recompute``: none (no framework recomputes by default), unless the job would then not fit in memory: the run
-  ran, so it recomputed — the lightest recomputation that fits (selective first where attention keeps the s² scores,
-  then full), reported with the row;
+  ran, so it recomputed — the lightest recomputation that fits (selective first where attention keeps the s² scores
+  or the stack's selective checkpointing is op-level, torchtitan's default; then full), reported with the row;
 - ``zero``: the profile's ``default_zero_stage`` (Megatron 0, NeMo 1: distributed optimizer, FSDP and torchtitan 3:
   full sharding, DeepSpeed 0); overlap flags, gradient-reduce dtype, attention path: the profile's;
 - pipeline send/recv overlapped, except ``megatron-lm-2021`` (blocking, as for the SC'21 rows); notes saying
@@ -458,12 +458,14 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
 
 def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:
     """An unstated recomputation: the framework's default (none) when the job fits in memory; else the lightest
-    recomputation that fits (selective first where attention keeps s² scores, then full), since the run ran."""
+    recomputation that fits (selective first where it saves memory — attention keeping s² scores, or the stack's
+    op-level selective checkpointing, torchtitan's default — then full), since the run ran."""
     from trainsim.predictor import memory_report
 
     if memory_report(job).fits:
         return job, None
-    options = ("full",) if job.attention_path == "flash" else ("selective", "full")
+    selective_saves = job.attention_path != "flash" or job.framework.selective_recompute == "op"
+    options = ("selective", "full") if selective_saves else ("full",)
     for granularity in options:
         candidate = build(job.training.replace(recompute_granularity=granularity))
         if memory_report(candidate).fits:
