@@ -663,3 +663,12 @@ def test_compilation_named_in_the_notes_switches_the_profile(tmp_path, notes, fi
 def test_activation_checkpointing_in_words(tmp_path, notes, recompute):
     m = one(tmp_path, source="Hugging Face accelerate", notes=notes, global_batch=8)
     assert m.job.training.recompute_granularity == recompute
+
+
+@pytest.mark.parametrize(("precision", "states"), [("AMP (bf16 autocast)", 12.0), ("bf16", 4.0), ("amp_bf16", 12.0)])
+def test_mixed_precision_keeps_fp32_states_for_the_bf16_parameter_stack(tmp_path, precision, states):
+    m = one(tmp_path, source="Hugging Face transformers", precision=precision, global_batch=8)
+    fw = m.job.framework
+    assert fw.master_bytes(m.job.training.precision) + fw.state_bytes() == states
+    assert ("fp32 parameters, gradients and optimizer states (mixed precision: torch.autocast)" in m.assumptions) \
+        is (states == 12.0)

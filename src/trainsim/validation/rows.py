@@ -200,7 +200,7 @@ _PRECISION: tuple[tuple[str, Precision], ...] = (
     ("fp8", "fp8"), ("float8", "fp8"), ("e4m3", "fp8"), ("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16"),
     ("float16", "fp16"), ("fp32", "fp32"), ("float32", "fp32"), ("tf32", "fp32"))
 #: A cell that says mixed precision without naming the 16-bit type ("AMP", "mixed"): the framework's default.
-_MIXED_UNNAMED = re.compile(r"\bamp\b|mixed", re.IGNORECASE)
+_MIXED_UNNAMED = re.compile(r"\bamp(?=\b|_)|mixed", re.IGNORECASE)
 
 
 def _precision(row: pd.Series) -> Precision | None:
@@ -590,6 +590,13 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     switched = {k: stated[k] for k in FRAMEWORK_NOTES if k in stated}
     if switched:  # torch.compile / CUDA graphs named in the notes
         framework = framework.replace(**switched)
+    amp_note: list[str] = []
+    if framework.main_params_dtype == "param" and _MIXED_UNNAMED.search(_text(row, "precision") or ""):
+        # automatic mixed precision (torch.autocast) keeps the model's parameters, gradients and optimizer states in
+        # fp32 and computes in 16-bit: not the stack's bf16-parameter default
+        framework = framework.replace(main_params_dtype="fp32", exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32",
+                                      grad_reduce_dtype="fp32")
+        amp_note = ["fp32 parameters, gradients and optimizer states (mixed precision: torch.autocast)"]
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
@@ -625,6 +632,6 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})", *[f"{k} (from the notes)" for k in switched],
-                   *sys_notes, *model_notes, *par_notes, *tr_notes,
+                   *amp_note, *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
