@@ -158,6 +158,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "fp8_param_gather": tr.fp8_param_gather,
         "optimizer_cpu_offload": tr.optimizer_cpu_offload,
         "optimizer_offload_fraction": tr.offloaded_fraction,
+        "param_cpu_offload": tr.param_cpu_offload,
         "attention": tr.attention,
         "num_params": job.model.num_params,
         "num_active_params": job.model.num_active_params,

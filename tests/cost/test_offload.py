@@ -56,7 +56,7 @@ def test_offloaded_step_is_slower_and_grows_with_the_share_on_the_cpu():
 
 
 @pytest.mark.parametrize(("kw", "field", "fix"), [
-    ({"framework": "fsdp", "zero": 3}, "training.optimizer_cpu_offload", "--framework deepspeed"),
+    ({"framework": "fsdp", "zero": 3}, "training.optimizer_cpu_offload", "--param-cpu-offload"),
     ({"framework": "megatron-core", "zero": 0}, "training.optimizer_cpu_offload", "--use-distributed-optimizer"),
     ({"system": "dgx-b300"}, "system.host", "host:"),
 ])
@@ -83,3 +83,30 @@ def test_search_keeps_the_offload_and_skips_plans_without_a_sharded_optimizer(ca
     assert code == 0 and data["candidates"]
     assert all(c["zero_stage"] >= 1 and c["breakdown_s"]["optimizer"] > 0.1 for c in data["candidates"])
     assert data["skipped"].get("training.optimizer_cpu_offload", 0) > 0  # the ZeRO-0 plans
+
+
+
+def test_parameter_offload_keeps_only_the_gathered_working_set_and_copies_every_shard():
+    base = job("fsdp", 3)
+    off = job("fsdp", 3, param_cpu_offload=True)
+    m0, m1 = memory_per_stage(base)[0], memory_per_stage(off)[0]
+    assert m1.optimizer_bytes == m1.gradients_bytes == 0 and m1.weights_bytes < m0.weights_bytes
+    assert off.training.offloaded_fraction == 1.0
+    r0, r1 = predict(base), predict(off)
+    assert r1.breakdown_s["dp_comm"] > r0.breakdown_s["dp_comm"]  # each gather/reduce also crosses the host link
+    assert r1.breakdown_s["optimizer"] > r0.breakdown_s["optimizer"]
+    # the shards' copies are in the collectives, so the host step is the CPU's pass alone
+    host = off.system.host
+    assert host is not None
+    cpu = off.framework.replace(optimizer_impl="fused").optimizer_step_bytes("bf16", True)
+    assert host_step_time(off, 1e9) == pytest.approx(1e9 * cpu / (host.memory_bandwidth * HOST_MEMORY_EFFICIENCY))
+
+
+@pytest.mark.parametrize(("kw", "fix"), [
+    ({"framework": "megatron-core", "zero": 1}, "--framework deepspeed, fsdp or torchtitan"),
+    ({"framework": "deepspeed", "zero": 2}, "--zero-stage 3"),
+])
+def test_parameter_offload_needs_zero3_and_a_stack_that_offers_it(kw, fix):
+    with pytest.raises(TrainsimError) as exc:
+        job(param_cpu_offload=True, **kw)
+    assert exc.value.field == "training.param_cpu_offload" and fix in str(exc.value)

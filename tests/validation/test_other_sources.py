@@ -614,14 +614,31 @@ def test_cpu_optimizer_offload_in_the_text(tmp_path, source, notes, zero, fracti
     assert not one(tmp_path, notes="--optimizer-offload-fraction 0.5").job.training.optimizer_cpu_offload
 
 
-@pytest.mark.parametrize(("source", "notes", "reason"), [
-    ("DeepSpeed ZeRO-Infinity", "", "not modelled"),
-    ("DeepSpeed", "ZeRO-3, offload_param to cpu", "not modelled"),
-    ("PyTorch FSDP", "CPU offload", "offers no optimizer-only CPU offload"),
-])
-def test_offloading_that_is_not_modelled_is_reported(tmp_path, source, notes, reason):
+@pytest.mark.parametrize(("source", "notes"), [("DeepSpeed ZeRO-Infinity", ""), ("DeepSpeed ZeRO-3", "NVMe offload")])
+def test_offloading_to_nvme_is_reported(tmp_path, source, notes):
     table = load_table(write(tmp_path, [row("x_1", source=source, notes=notes)]))
-    assert not table.rows and reason in table.skipped[0].reason
+    assert not table.rows and "NVMe is not modelled" in table.skipped[0].reason
+
+
+@pytest.mark.parametrize(("source", "notes"), [
+    ("DeepSpeed", "ZeRO-3, offload_param and offload_optimizer to cpu"),
+    ("PyTorch FSDP", "CPU offload"),  # FSDP's only CPU offload: CPUOffload(offload_params=True)
+    ("Hugging Face accelerate FSDP", "offload_params=True"),
+])
+def test_parameter_offloading_in_the_text(tmp_path, source, notes):
+    m = one(tmp_path, source=source, notes=notes, gpu="A100-SXM4-80GB")
+    assert m.job.training.param_cpu_offload and m.job.training.zero_stage == 3
+    assert m.job.training.offloaded_fraction == 1.0
+
+
+def test_unstated_stage_of_an_offloading_run_shards_as_far_as_it_must(tmp_path):
+    llama70 = {"model": "Llama 2 70B", "L": 80, "h": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672, "vocab": 32000,
+               "seq": 4096, "global_batch": 8, "recompute": "full", "gpu": "A100-SXM4-80GB"}
+    small = one(tmp_path, source="DeepSpeed", notes="CPU offload", gpu="A100-SXM4-80GB")
+    assert small.job.training.zero_stage == 2  # ZeRO-Offload's stage
+    big = one(tmp_path, source="DeepSpeed", notes="CPU offload", **llama70)
+    assert big.job.training.zero_stage == 3 and memory_report(big.job).fits
+    assert any("with ZeRO-2 the offloading run would not fit" in a for a in big.assumptions)
 
 
 @pytest.mark.parametrize("notes", ["--expert-model-parallel-size 8", "TP2 PP4 EP8"])

@@ -18,7 +18,8 @@ from trainsim.search.space import SearchSpace
 #: switch, searched through ``--sp``)
 DIMENSION_FLAGS: dict[str, str] = {o.name: o.dimension for o in JOB_OPTIONS if o.dimension and not o.is_switch}
 # Training flags whose validity depends on searched dimensions: kept out of the base job, put back in the template.
-_DEFERRED = ("tp_comm_overlap", "overlap_param_gather", "recompute_num_layers", "optimizer_cpu_offload")
+_DEFERRED = ("tp_comm_overlap", "overlap_param_gather", "recompute_num_layers", "optimizer_cpu_offload",
+             "param_cpu_offload")
 _PIPELINE_SPLIT = ("first_stage_layers", "last_stage_layers")
 
 

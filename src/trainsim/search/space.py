@@ -684,7 +684,8 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
     tr_base = training.model_dump()
     probe_training = training.model_copy(update={
         "micro_batch_size": 1, "zero_stage": 0, "recompute_granularity": "none", "recompute_num_layers": None,
-        "overlap_param_gather": False, "tp_comm_overlap": False, "optimizer_cpu_offload": False})
+        "overlap_param_gather": False, "tp_comm_overlap": False, "optimizer_cpu_offload": False,
+        "param_cpu_offload": False})
     recompute_values = en.recompute_values()
 
     def skip(err: TrainsimError, count: int = 1) -> None:

@@ -116,6 +116,9 @@ class Framework(Spec, frozen=True):
     optimizer_cpu_offload: bool = Field(
         description="the stack can keep the optimizer (master weights, moments, step) on the host CPU while the "
                     "parameters stay on the GPU (--optimizer-cpu-offload)")
+    param_cpu_offload: bool = Field(
+        description="the stack can keep the ZeRO-3 / FSDP parameter and gradient shards and the optimizer on the host "
+                    "CPU (--param-cpu-offload)")
     optimizer_impl: Annotated[OptimizerImpl, Flag("--optimizer-impl", megatron=False,
                                                   help="fused, foreach or loop")] = Field(
         description="fused (one kernel), foreach (multi-tensor with temporaries), "

@@ -395,12 +395,21 @@ def validate_job(job: Job) -> None:
 
 def _check_offload(job: Job, zero: int) -> None:
     """CPU optimizer offloading needs a stack that offers it, the sharded (distributed) optimizer and a described
-    host."""
+    host; offloading the parameters needs ZeRO-3 / FSDP and a stack that offers that."""
     field = "training.optimizer_cpu_offload"
     name = job.framework.label
-    if not job.framework.optimizer_cpu_offload:
-        raise TrainsimError(field, f"{name} offers no optimizer-only CPU offload",
-                            "use --framework deepspeed, megatron-deepspeed, megatron-core or nemo, or no offload")
+    if job.training.param_cpu_offload:
+        if not job.framework.param_cpu_offload:
+            raise TrainsimError("training.param_cpu_offload", f"{name} cannot keep its parameters on the CPU",
+                                "use --framework deepspeed, fsdp or torchtitan with ZeRO-3, or no parameter offload")
+        if zero < 3:
+            raise TrainsimError("training.param_cpu_offload", "parameter offloading offloads the ZeRO-3 / FSDP shards",
+                                "use --zero-stage 3")
+    elif not job.framework.optimizer_cpu_offload:
+        fix = (f"use --param-cpu-offload with --zero-stage 3 ({name} offloads parameters and optimizer together)"
+               if job.framework.param_cpu_offload else
+               "use --framework deepspeed, megatron-deepspeed, megatron-core or nemo, or no offload")
+        raise TrainsimError(field, f"{name} offers no optimizer-only CPU offload", fix)
     if zero < 1:
         raise TrainsimError(field, "CPU optimizer offload runs the sharded optimizer on the host",
                             "add --use-distributed-optimizer (ZeRO stage 1 or higher)")

@@ -118,6 +118,14 @@ class Training(Spec, frozen=True):
         "--optimizer-offload-fraction", help="with --optimizer-cpu-offload: share of the optimizer on the CPU "
                                              "(default 1)")] = Field(
         default=1.0, ge=0.0, le=1.0, description="with optimizer_cpu_offload: the share offloaded (Megatron default 1)")
+    param_cpu_offload: Annotated[bool, Flag(
+        "--param-cpu-offload", megatron=False,
+        help="ZeRO-3 / FSDP: sharded parameters, gradients and the optimizer on the host CPU")] = Field(
+        default=False,
+        description="DeepSpeed ZeRO-3 offload_param with offload_optimizer, PyTorch FSDP CPUOffload(offload_params="
+                    "True) / FSDP2 CPUOffloadPolicy: the parameter and gradient shards live in host memory (copied "
+                    "to the GPU before each all-gather, back after each reduce-scatter) and the whole optimizer "
+                    "runs on the CPU")
     ddp_bucket_size: Annotated[int | None, Flag(
         "--ddp-bucket-size", help="parameters per data-parallel gradient bucket (default: the framework's)",
         unit="parameters")] = Field(default=None, gt=0, description="parameters per DP bucket (Megatron default)")
@@ -134,7 +142,10 @@ class Training(Spec, frozen=True):
 
     @property
     def offloaded_fraction(self) -> float:
-        """Share of this GPU's optimizer held and stepped on the host CPU (0 without CPU offloading)."""
+        """Share of this GPU's optimizer held and stepped on the host CPU (0 without CPU offloading; all of it when the
+        parameters are offloaded)."""
+        if self.param_cpu_offload:
+            return 1.0
         return self.optimizer_offload_fraction if self.optimizer_cpu_offload else 0.0
 
     @property

@@ -165,9 +165,10 @@ _FP8_PARAM_GATHER = r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)"  # Mega
 _OPTIMIZER_OFFLOAD = (r"(?i)offload[\s_-]*optimizer|(?<![-\w])optimizer[\s_-]*(?:states?[\s_-]*)?(?:cpu[\s_-]*)?"
                       r"offload|zero[\s_-]*offload|cpu[\s_-]*adam|cpu[\s_-]*offload|offload(?:ed|ing)?[\s_-]+to[\s_-]+"
                       r"(?:the[\s_-]+)?cpu")
-#: Offloading trainsim does not model (the parameters or NVMe): a row that states it is not predicted.
-UNMODELLED_OFFLOAD = re.compile(r"offload[\s_-]*param|param(?:eter)?s?[\s_-]*(?:cpu[\s_-]*)?offload|\bnvme\b|"
-                                r"zero[\s_-]*infinity", re.IGNORECASE)
+#: Parameter offloading in words: DeepSpeed's offload_param, "parameter offload", FSDP's offload_params=True.
+_PARAM_OFFLOAD = r"(?i)offload[\s_-]*params?\b(?!\W*(?i:false)\b)|param(?:eter)?s?[\s_-]*(?:cpu[\s_-]*)?offload"
+#: Offloading trainsim does not model (to NVMe): a row that states it is not predicted.
+UNMODELLED_OFFLOAD = re.compile(r"\bnvme\b|zero[\s_-]*infinity", re.IGNORECASE)
 #: Not followed by a value that switches the setting off ("gradient_checkpointing=False").
 _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 #: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
@@ -214,10 +215,11 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
      "optimizer_offload", None),
     (r"--optimizer-cpu-offload\b", "optimizer_offload", 1.0),
     (_OPTIMIZER_OFFLOAD, "optimizer_offload", 1.0),
-    # the stage an offloading run needs when none is named: Megatron's flag needs the distributed optimizer;
-    # ZeRO-Offload is built on ZeRO-2 (Ren et al. 2021)
+    (_PARAM_OFFLOAD, "param_offload", True),
+    # the stage an offloading run needs when none is named: parameter offloading offloads the ZeRO-3 shards;
+    # Megatron's flag needs the distributed optimizer (an optimizer offload in words: trainsim.validation.rows)
+    (_PARAM_OFFLOAD, "zero", 3),
     (r"--optimizer-cpu-offload\b", "zero", 1),
-    (_OPTIMIZER_OFFLOAD, "zero", 2),
 )
 
 

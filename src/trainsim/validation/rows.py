@@ -416,7 +416,7 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
 
 # ---- the row ------------------------------------------------------------------------------------------------------
 #: Settings a row's source text may state (a paper or blog named after the technique: "ZeRO-3", "ZeRO-Offload").
-SOURCE_STATED = ("zero", "optimizer_offload")
+SOURCE_STATED = ("zero", "optimizer_offload", "param_offload")
 
 
 def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
@@ -445,10 +445,13 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
                         fp8_param_gather=bool(stated.get("fp8_param_gather")) and precision == "fp8"
                         and (zero is None or zero >= 1),
                         optimizer_cpu_offload="optimizer_offload" in stated,
-                        optimizer_offload_fraction=stated.get("optimizer_offload", 1.0))
+                        optimizer_offload_fraction=stated.get("optimizer_offload", 1.0),
+                        param_cpu_offload=bool(stated.get("param_offload")))
     assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
                 if getattr(training, k) and stated.get(k)]
-    if training.offloaded_fraction:
+    if training.param_cpu_offload:
+        assumed.append("parameters, gradients and optimizer offloaded to the CPU (stated in the source or notes)")
+    elif training.offloaded_fraction:
         assumed.append(f"optimizer offloaded to the CPU: fraction {training.offloaded_fraction:g} "
                        "(stated in the source or notes)")
     if training.attention and stated.get("attention"):
@@ -570,6 +573,45 @@ def _measured_column(row: pd.Series) -> str:
     return next((c for c in MEASURED_COLUMNS if _text(row, c) is not None), "no measured column")
 
 
+def _offload_stage_that_fits(job: Job, notes: list[str], training: Training, framework: Framework,
+                             fit_with: Callable[..., tuple[Job, list[str]]],
+                             record: Callable[[Training], None]) -> tuple[Job, list[str], Training]:
+    """An offloading run whose stage was implied (:func:`offload_settings`) and does not fit: ZeRO-3, then ZeRO-3
+    with the parameters offloaded too where the stack can, the first that fits (``record`` keeps the stage)."""
+    from trainsim.predictor import memory_report
+
+    if memory_report(job).fits:
+        return job, notes, training
+    steps = [(3, training.param_cpu_offload)] + ([(3, True)] if framework.param_cpu_offload else [])
+    for zero, params in steps:
+        tr = training.replace(zero_stage=zero, param_cpu_offload=params)
+        try:
+            candidate, cand_notes = fit_with(job.parallelism, True, tr)
+        except TrainsimError:
+            continue
+        if memory_report(candidate).fits:
+            record(tr)
+            what = "zero 3 with the parameters offloaded too" if params else "zero 3"
+            return candidate, [*cand_notes, f"{what} (unstated; with ZeRO-{training.zero_stage} the offloading "
+                                            "run would not fit)"], tr
+    return job, notes, training
+
+
+def offload_settings(stated: dict[str, Any], framework: Framework) -> bool:
+    """Complete the offloading a row states for its stack (in place): a stack whose only CPU offload moves the
+    parameters too (FSDP's ``CPUOffload(offload_params=True)``, FSDP2's ``CPUOffloadPolicy``) offloads them; an
+    unstated ZeRO stage under a stack that would not shard becomes 3 with offloaded parameters, else 2 (ZeRO-Offload
+    is built on ZeRO-2, Ren et al. 2021). Returns whether the stage was implied this way."""
+    if not (stated.get("optimizer_offload") or stated.get("param_offload")):
+        return False
+    if framework.param_cpu_offload and not framework.optimizer_cpu_offload:
+        stated["param_offload"] = True
+    if "zero" in stated or framework.default_zero_stage >= 1:
+        return False
+    stated["zero"] = 3 if stated.get("param_offload") else 2
+    return True
+
+
 def generic_measurement(row: pd.Series, source: str) -> Measurement:
     """A row of any source as a measurement; raises :class:`RowError` (or ``ValueError``) with the reason."""
     rid = str(row["id"])
@@ -577,8 +619,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
     unmodelled = UNMODELLED_OFFLOAD.search(notes) or UNMODELLED_OFFLOAD.search(_text(row, "source") or "")
     if unmodelled:
-        raise RowError(f"notes: {unmodelled.group(0)!r}: offloading parameters (or to NVMe) is not modelled; "
-                       "trainsim models the optimizer's CPU offload only")
+        raise RowError(f"notes: {unmodelled.group(0)!r}: offloading to NVMe is not modelled; trainsim models "
+                       "offloading to the host CPU only")
     stated = notes_flags(notes)
     # "DeepSpeed ZeRO-3 ..." or "ZeRO-Offload" in the source: the stage and the offloading the run used
     in_source = {k: v for k, v in notes_flags(_text(row, "source") or "").items()
@@ -587,6 +629,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
     fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8)
     framework = load_framework(fw_name)
+    implied_zero = offload_settings(stated, framework)
     switched = {k: stated[k] for k in FRAMEWORK_NOTES if k in stated}
     if switched:  # torch.compile / CUDA graphs named in the notes
         framework = framework.replace(**switched)
@@ -611,15 +654,20 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
 
     stated_notes = tr_notes
 
-    def fit_with(parallelism: Parallelism, recompute: bool = True) -> tuple[Job, list[str]]:
-        def build(tr: Training) -> Job:
-            return Job(model=model, system=system, parallelism=parallelism, training=tr, num_gpus=num_gpus,
+    def fit_with(parallelism: Parallelism, recompute: bool = True,
+                 tr: Training | None = None) -> tuple[Job, list[str]]:
+        def build(t: Training) -> Job:
+            return Job(model=model, system=system, parallelism=parallelism, training=t, num_gpus=num_gpus,
                        framework=framework)
 
-        return fitting_job(build, training, stated_notes, free_recompute and recompute, free_mbs,
-                           free_zero=training.zero_stage is None)
+        base = training if tr is None else tr
+        return fitting_job(build, base, stated_notes, free_recompute and recompute, free_mbs,
+                           free_zero=base.zero_stage is None)
 
     job, tr_notes = fit_with(par)
+    if implied_zero:  # the offloading's stage was not named: the run ran, so it sharded as far as it had to
+        job, tr_notes, training = _offload_stage_that_fits(job, tr_notes, training, framework, fit_with,
+                                                           lambda tr: stated.update(zero=tr.zero_stage))
     if model.is_moe and _int(row, "ep") is None and "ep" not in stated:
         job, tr_notes, ep_note = expert_parallel_that_fits(job, tr_notes, fit_with)
         par_notes += ep_note
@@ -627,7 +675,10 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     # a global batch made whole is compared at the measured throughput
     batch_ratio = training.global_batch_size / _required_int(row, "global_batch")
     measured = measured_iteration_time(row, model, system, training.precision, eq3) * batch_ratio
-    if _zero(row) is None and "zero" in stated:
+    if _zero(row) is None and implied_zero:
+        if not any(n.startswith("zero 3 ") for n in tr_notes):
+            tr_notes.append(f"zero {stated['zero']} (unstated; the stage the stated offloading runs on)")
+    elif _zero(row) is None and "zero" in stated:
         tr_notes.append(f"zero {stated['zero']} (named in the {'source' if 'zero' in in_source else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
