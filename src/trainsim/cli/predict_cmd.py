@@ -68,6 +68,10 @@ def predict_command(
     megatron_args: str | None = typer.Option(
         None, "--megatron-args", metavar="FILE",
         help="a Megatron-LM launch script (or a file of its arguments): its flags set the job; flags given here win"),
+    deepspeed_config: str | None = typer.Option(
+        None, "--deepspeed-config", metavar="FILE",
+        help="a DeepSpeed ds_config.json: its batch sizes, precision, ZeRO stage and CPU offloading set the job; "
+             "flags given here (and --megatron-args) win"),
     engine: str = typer.Option("analytic", "--engine", help="analytic (closed form) or event (simulator)"),
     flops_convention: str = typer.Option("megatron", "--flops-convention", help="megatron or causal"),
     calibration: str | None = typer.Option(None, "--calibration", help="YAML file overriding fitted constants"),
@@ -147,6 +151,14 @@ def predict_command(
         tokens, gpus = read_launch_script(megatron_args) if megatron_args is not None else ([], None)
         megatron = parse_megatron_args([*tokens, *inline])
         job_options = merge_into_options(job_options, megatron, gpus)
+    ds_config = None
+    if deepspeed_config is not None:
+        from trainsim.cli.deepspeed_config import merge_deepspeed_into_options, read_deepspeed_config
+
+        ds_config = read_deepspeed_config(deepspeed_config)
+        if megatron is not None and job_options.get("framework") is None:
+            job_options = {**job_options, "framework": "megatron-deepspeed"}  # a Megatron script with a DS config
+        job_options = merge_deepspeed_into_options(job_options, ds_config)
     job = job_from_options(job_options)
     if megatron is not None:
         from trainsim.cli.megatron_args import apply_to_job
@@ -175,6 +187,11 @@ def predict_command(
         result = predict(job, engine=engine, calibration=calib, cost_model=cost_model,  # type: ignore[arg-type]
                          flops_convention=flops_convention, kernels="auto" if cost_model else kernels, **options)
     notes = megatron.all_notes() if megatron is not None else []
+    if ds_config is not None:
+        notes += [f"deepspeed config: {n}" for n in ds_config.notes]
+        if ds_config.ignored:
+            notes.append(f"deepspeed config: ignored (no effect on time or memory, or not modelled): "
+                         f"{', '.join(ds_config.ignored)}")
     if html is not None:
         import os
 
@@ -189,6 +206,9 @@ def predict_command(
         if megatron is not None:
             data["megatron_args"] = {"file": megatron_args, "ignored": sorted(set(megatron.ignored)),
                                      "unrecognised": sorted(set(megatron.unrecognised)), "notes": notes}
+        if ds_config is not None:
+            data["deepspeed_config"] = {"file": deepspeed_config, "options": ds_config.options,
+                                        "ignored": ds_config.ignored, "notes": ds_config.notes}
         print_json(data)
     else:
         from trainsim.cli.report import print_prediction

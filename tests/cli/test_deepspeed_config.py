@@ -1,0 +1,66 @@
+"""``trainsim predict --deepspeed-config ds_config.json``: DeepSpeed's configuration sets the job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import check_one_line_error, run
+from trainsim.cli.deepspeed_config import merge_deepspeed_into_options, parse_deepspeed_config
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "deepspeed"
+
+
+def test_keys_map_to_job_options():
+    cfg = parse_deepspeed_config(json.loads((DATA / "zero3_offload.json").read_text()))
+    assert cfg.options == {"micro_batch_size": 1, "bf16": True, "zero_stage": 3, "optimizer_cpu_offload": True,
+                           "param_cpu_offload": True}
+    assert cfg.gradient_accumulation_steps == 4
+    assert cfg.ignored == ["gradient_clipping", "optimizer", "steps_per_print", "wall_clock_breakdown"]
+    auto = parse_deepspeed_config({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                                   "zero_optimization": {"stage": 2}})
+    assert auto.options == {"zero_stage": 2}  # "auto" (the Hugging Face integration fills it in) is skipped
+
+
+def test_flags_win_and_the_global_batch_comes_from_the_accumulation():
+    cfg = parse_deepspeed_config({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,
+                                  "fp16": {"enabled": True}, "zero_optimization": {"stage": 1}})
+    out = merge_deepspeed_into_options({"num_gpus": 16, "tp": 2, "zero_stage": 2, "bf16": True}, cfg)
+    assert out["zero_stage"] == 2 and out["bf16"] and not out.get("fp16")  # given flags win
+    assert out["global_batch_size"] == 2 * 8 * 8 and out["framework"] == "deepspeed"
+    assert any("gradient_accumulation_steps 8" in n for n in cfg.notes)
+
+
+def test_cli_end_to_end(capsys):
+    code, out, _ = run(["predict", "-m", "llama2-70b", "-s", "dgx-a100", "-n", "8", "--recompute-granularity", "full",
+                        "--deepspeed-config", str(DATA / "zero3_offload.json"), "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    job = data["job"]
+    assert job["framework"]["name"] == "deepspeed" and job["zero_stage"] == 3 and job["param_cpu_offload"]
+    assert job["global_batch_size"] == 32 and data["memory"]["fits"]
+    assert data["deepspeed_config"]["ignored"][0] == "gradient_clipping"
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ("{not json", "not valid JSON"),
+    ('{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}', "NVMe is not modelled"),
+    ('{"zero_optimization": {"stage": 5}}', "stage must be 0-3"),
+    ('{"fp16": {"enabled": true}, "bf16": {"enabled": true}}', "both enabled"),
+    ('{"train_micro_batch_size_per_gpu": 0}', "positive integer"),
+    ('[1, 2]', "JSON object"),
+])
+def test_bad_configurations_are_one_line_errors(tmp_path, capsys, content, words):
+    path = tmp_path / "ds.json"
+    path.write_text(content)
+    code, _, err = run(["predict", "-m", "llama2-7b", "-n", "8", "--gbs", "8", "--deepspeed-config", str(path)],
+                       capsys)
+    check_one_line_error(code, err, "deepspeed_config", words)
+
+
+def test_missing_file_is_a_one_line_error(tmp_path, capsys):
+    code, _, err = run(["predict", "-m", "llama2-7b", "-n", "8", "--gbs", "8", "--deepspeed-config",
+                        str(tmp_path / "nope.json")], capsys)
+    check_one_line_error(code, err, "deepspeed_config", "file not found")
