@@ -670,7 +670,7 @@ def test_unstated_expert_parallelism_is_the_smallest_that_fits(tmp_path):
 def test_compilation_named_in_the_notes_switches_the_profile(tmp_path, notes, field, value):
     m = one(tmp_path, source="torchtitan", notes=notes)
     assert getattr(m.job.framework, field) is value
-    assert (f"{field} (from the notes)" in m.assumptions) is value
+    assert (f"{field} True (stated in the row)" in m.assumptions) is value
 
 
 @pytest.mark.parametrize(("notes", "recompute"), [
@@ -689,3 +689,10 @@ def test_mixed_precision_keeps_fp32_states_for_the_bf16_parameter_stack(tmp_path
     assert fw.master_bytes(m.job.training.precision) + fw.state_bytes() == states
     assert ("fp32 parameters, gradients and optimizer states (mixed precision: torch.autocast)" in m.assumptions) \
         is (states == 12.0)
+
+
+@pytest.mark.parametrize("cells", [{"zero": "HYBRID_SHARD"}, {"notes": "FSDP with HSDP across nodes"}])
+def test_hybrid_sharding_in_words(tmp_path, cells):
+    m = one(tmp_path, source="PyTorch FSDP", num_gpus=32, global_batch=64, gpu="A100-SXM4-80GB", **cells)
+    assert m.job.framework.sharding_strategy == "hybrid" and m.job.training.zero_stage == 3
+    assert "sharding_strategy hybrid (stated in the row)" in m.assumptions

@@ -172,7 +172,7 @@ UNMODELLED_OFFLOAD = re.compile(r"\bnvme\b|zero[\s_-]*infinity", re.IGNORECASE)
 #: Not followed by a value that switches the setting off ("gradient_checkpointing=False").
 _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 #: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
-FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs")
+FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy")
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
 #: (Megatron ``arguments.py`` asserts both), so they imply them.
@@ -210,6 +210,8 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     # the stack's compilation: torch.compile (torchtitan --compile / compile.enable), CUDA graphs (Megatron / NeMo)
     (r"(?i:torch[\s._-]*compile|--compile\b|compile\.enable|--training\.compile)", "torch_compile", True),
     (r"--enable-cuda-graph\b|--external-cuda-graph\b|(?i:cuda[\s_-]*graphs?\b)", "cuda_graphs", True),
+    # FSDP's hybrid sharding (HYBRID_SHARD, HSDP): states sharded inside a node, replicated across nodes
+    (r"(?i:\bhsdp\b|hybrid[\s_-]*shard\w*)", "sharding_strategy", "hybrid"),
     # CPU optimizer offloading: Megatron-Core's flags, DeepSpeed's offload_optimizer / ZeRO-Offload / CPU-Adam
     (r"(?s)(?=.*--optimizer-cpu-offload\b).*?--optimizer-offload-fraction[=\s]+([0-9]*\.?[0-9]+)",
      "optimizer_offload", None),

@@ -630,6 +630,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8)
     framework = load_framework(fw_name)
     implied_zero = offload_settings(stated, framework)
+    if "sharding_strategy" not in stated and "sharding_strategy" in notes_flags(_text(row, "zero") or ""):
+        stated["sharding_strategy"] = "hybrid"  # a zero cell written HYBRID_SHARD / HSDP
     switched = {k: stated[k] for k in FRAMEWORK_NOTES if k in stated}
     if switched:  # torch.compile / CUDA graphs named in the notes
         framework = framework.replace(**switched)
@@ -682,7 +684,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         tr_notes.append(f"zero {stated['zero']} (named in the {'source' if 'zero' in in_source else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
-    assumptions = (f"framework {framework.label} ({rule})", *[f"{k} (from the notes)" for k in switched],
+    assumptions = (f"framework {framework.label} ({rule})", *[f"{k} {v} (stated in the row)" for k, v in switched.items()],
                    *amp_note, *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
