@@ -684,7 +684,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         tr_notes.append(f"zero {stated['zero']} (named in the {'source' if 'zero' in in_source else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
-    assumptions = (f"framework {framework.label} ({rule})", *[f"{k} {v} (stated in the row)" for k, v in switched.items()],
+    assumptions = (f"framework {framework.label} ({rule})",
+                   *[f"{k} {v} (stated in the row)" for k, v in switched.items()],
                    *amp_note, *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
