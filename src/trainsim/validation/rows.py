@@ -16,7 +16,7 @@ docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
   auto`` picks the largest that fits); ``tp``, ``pp``, ``vpp``, ``cp``: 1; ``dp``: from ``num_gpus / (tp·pp·cp)``;
 - ``ep`` (optional column): the notes' ``--expert-model-parallel-size N`` or ``EPN``, else 1 (Megatron's default)
   unless a mixture-of-experts run would then not fit: the smallest power-of-two size dividing the experts that
-  fits without recomputation, else with it (:func:`expert_parallel_that_fits`);
+  fits without recomputation, else with it (:mod:`trainsim.validation.fitting`);
 - ``sp``: off (Megatron's ``--sequence-parallel`` default), on with tp > 1 for ``nemo`` (NeMo / Megatron-Bridge
   recipes set ``sequence_parallel=True`` with TP) and the stacks whose TP always shards the sequence (the profile's
   ``tp_shards_sequence``: torchtitan's TP plan, Meta's Llama 3);
@@ -45,13 +45,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import pandas as pd
 
-from trainsim.errors import TrainsimError
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model, megatron_swiglu_ffn
@@ -60,6 +58,12 @@ from trainsim.spec.pipeline_split import split_slots
 from trainsim.spec.presets import list_models, load_model, load_system
 from trainsim.spec.system import System
 from trainsim.spec.training import Precision, Recompute, Training
+from trainsim.validation.fitting import (
+    expert_parallel_that_fits,
+    fitting_job,
+    offload_settings,
+    offload_stage_that_fits,
+)
 from trainsim.validation.measurements import (
     MEASURED_COLUMNS,
     Measurement,
@@ -459,95 +463,6 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
     return training, assumed
 
 
-def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:
-    """An unstated recomputation: the framework's default (none) when the job fits in memory; else the lightest
-    recomputation that fits (selective first where it saves memory — attention keeping s² scores, or the stack's
-    op-level selective checkpointing, torchtitan's default — then full), since the run ran."""
-    from trainsim.predictor import memory_report
-
-    if memory_report(job).fits:
-        return job, None
-    selective_saves = job.attention_path != "flash" or job.framework.selective_recompute == "op"
-    options = ("selective", "full") if selective_saves else ("full",)
-    for granularity in options:
-        candidate = build(job.training.replace(recompute_granularity=granularity))
-        if memory_report(candidate).fits:
-            return candidate, f"recompute {granularity} (unstated; without it the run would not fit in memory)"
-    return job, None
-
-
-def sharded_optimizer_if_needed(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:
-    """An unstated ZeRO stage: the profile's default when the job fits; else, where that default keeps the optimizer
-    states replicated, the distributed optimizer (ZeRO-1: Megatron's ``--use-distributed-optimizer``, DeepSpeed
-    stage 1) when the engine offers it for the plan — it costs no compute, so a run short of memory turns it on
-    before recomputing. Kept when it helps even if the job still does not fit (recomputation comes next)."""
-    from trainsim.predictor import memory_report
-
-    fw, par = job.framework, job.parallelism
-    allowed = fw.max_zero_stage_with_pp if par.pp > 1 else fw.max_zero_stage
-    if (job.training.zero_stage or 0) >= 1 or allowed < 1 or job.dp < 2:
-        return job, None
-    before = memory_report(job)
-    if before.fits:
-        return job, None
-    candidate = build(job.training.replace(zero_stage=1))
-    after = memory_report(candidate)
-    if after.peak_bytes >= before.peak_bytes:
-        return job, None
-    return candidate, "zero 1 (unstated; the distributed optimizer, without which the run would not fit in memory)"
-
-
-def fitting_job(build: Callable[[Training], Job], training: Training, notes: list[str], free_recompute: bool,
-                free_mbs: bool, free_zero: bool = False) -> tuple[Job, list[str]]:
-    """The row's job with its unstated choices made so that it fits in memory (the run ran): the distributed
-    optimizer (:func:`sharded_optimizer_if_needed`), the lightest recomputation (:func:`recompute_that_fits`) and,
-    for the stacks that run the local batch at once, the largest micro-batch that divides it (halving from the
-    local batch)."""
-    from trainsim.predictor import memory_report
-
-    def settle(tr: Training) -> tuple[Job, str | None, str | None]:
-        """(job, why recomputation, why the distributed optimizer) for these settings."""
-        job, why_zero = sharded_optimizer_if_needed(build(tr), build) if free_zero else (build(tr), None)
-        job, why = recompute_that_fits(job, build) if free_recompute else (job, None)
-        return job, why, why_zero
-
-    job, why, why_zero = settle(training)
-    mbs = training.micro_batch_size
-    while free_mbs and mbs > 1 and not memory_report(job).fits:
-        mbs = next(m for m in range(mbs // 2, 0, -1) if training.micro_batch_size % m == 0)
-        job, why, why_zero = settle(training.replace(micro_batch_size=mbs))
-    if free_mbs and mbs != training.micro_batch_size:
-        notes = [f"micro_batch {mbs} (unstated; the local batch of {training.micro_batch_size} would not fit)"
-                 if n.startswith("micro_batch ") else n for n in notes]
-    if why is not None:
-        notes = [why if n.startswith("recompute ") else n for n in notes]
-    return job, notes + ([why_zero] if why_zero else [])
-
-
-def expert_parallel_that_fits(job: Job, notes: list[str],
-                               fit_with: Callable[[Parallelism, bool], tuple[Job, list[str]]]
-                               ) -> tuple[Job, list[str], list[str]]:
-    """An unstated expert parallelism: Megatron's default (1) when the run fits (with the lightest recomputation
-    that fits, if that is unstated too); else the smallest power-of-two expert-parallel size that divides the
-    experts, is a valid layout and fits without recomputation, else with it (the run ran, so its experts were spread
-    over enough GPUs). Returns the job, its training notes and the parallelism note."""
-    from trainsim.predictor import memory_report
-
-    if memory_report(job).fits:
-        return job, notes, []
-    experts = job.model.num_experts or 1
-    sizes = [2**k for k in range(1, experts.bit_length()) if experts % 2**k == 0]
-    for recompute in (False, True):
-        for ep in sizes:
-            try:
-                candidate, cand_notes = fit_with(job.parallelism.replace(ep=ep), recompute)
-            except TrainsimError:
-                continue
-            if memory_report(candidate).fits:
-                return candidate, cand_notes, [f"ep {ep} (unstated; with ep 1 the run would not fit in memory)"]
-    return job, notes, []
-
-
 def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, int, list[str]]:
     """The global batch and micro-batch a row's run can take, and the note when they are not the stated ones.
 
@@ -571,45 +486,6 @@ def whole_batch(global_batch: int, dp: int, micro_batch: int) -> tuple[int, int,
 
 def _measured_column(row: pd.Series) -> str:
     return next((c for c in MEASURED_COLUMNS if _text(row, c) is not None), "no measured column")
-
-
-def _offload_stage_that_fits(job: Job, notes: list[str], training: Training, framework: Framework,
-                             fit_with: Callable[..., tuple[Job, list[str]]],
-                             record: Callable[[Training], None]) -> tuple[Job, list[str], Training]:
-    """An offloading run whose stage was implied (:func:`offload_settings`) and does not fit: ZeRO-3, then ZeRO-3
-    with the parameters offloaded too where the stack can, the first that fits (``record`` keeps the stage)."""
-    from trainsim.predictor import memory_report
-
-    if memory_report(job).fits:
-        return job, notes, training
-    steps = [(3, training.param_cpu_offload)] + ([(3, True)] if framework.param_cpu_offload else [])
-    for zero, params in steps:
-        tr = training.replace(zero_stage=zero, param_cpu_offload=params)
-        try:
-            candidate, cand_notes = fit_with(job.parallelism, True, tr)
-        except TrainsimError:
-            continue
-        if memory_report(candidate).fits:
-            record(tr)
-            what = "zero 3 with the parameters offloaded too" if params else "zero 3"
-            return candidate, [*cand_notes, f"{what} (unstated; with ZeRO-{training.zero_stage} the offloading "
-                                            "run would not fit)"], tr
-    return job, notes, training
-
-
-def offload_settings(stated: dict[str, Any], framework: Framework) -> bool:
-    """Complete the offloading a row states for its stack (in place): a stack whose only CPU offload moves the
-    parameters too (FSDP's ``CPUOffload(offload_params=True)``, FSDP2's ``CPUOffloadPolicy``) offloads them; an
-    unstated ZeRO stage under a stack that would not shard becomes 3 with offloaded parameters, else 2 (ZeRO-Offload
-    is built on ZeRO-2, Ren et al. 2021). Returns whether the stage was implied this way."""
-    if not (stated.get("optimizer_offload") or stated.get("param_offload")):
-        return False
-    if framework.param_cpu_offload and not framework.optimizer_cpu_offload:
-        stated["param_offload"] = True
-    if "zero" in stated or framework.default_zero_stage >= 1:
-        return False
-    stated["zero"] = 3 if stated.get("param_offload") else 2
-    return True
 
 
 def generic_measurement(row: pd.Series, source: str) -> Measurement:
@@ -668,7 +544,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
 
     job, tr_notes = fit_with(par)
     if implied_zero:  # the offloading's stage was not named: the run ran, so it sharded as far as it had to
-        job, tr_notes, training = _offload_stage_that_fits(job, tr_notes, training, framework, fit_with,
+        job, tr_notes, training = offload_stage_that_fits(job, tr_notes, training, framework, fit_with,
                                                            lambda tr: stated.update(zero=tr.zero_stage))
     if model.is_moe and _int(row, "ep") is None and "ep" not in stated:
         job, tr_notes, ep_note = expert_parallel_that_fits(job, tr_notes, fit_with)
