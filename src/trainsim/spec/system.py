@@ -85,7 +85,7 @@ class Network(Spec, frozen=True):
 
 
 class Host(Spec, frozen=True):
-    """The CPU side of a node, per GPU: what CPU offloading (optimizer states and step on the host) runs on."""
+    """The CPU side of a node, per GPU: what CPU offloading (optimizer, and parameter shards) runs on."""
 
     link_bandwidth: float = Field(gt=0, description="bytes/s per GPU per direction between host memory and the GPU "
                                                     "(PCIe, or NVLink-C2C on Grace parts)")

@@ -94,7 +94,7 @@ class NetworkFile(_File):
 
 
 class HostFile(_File):
-    """``host:`` section (optional): the CPU side of a node, per GPU (read by CPU optimizer offloading)."""
+    """``host:`` section (optional): the CPU side of a node, per GPU (read by CPU offloading)."""
 
     link_bandwidth_gb_s: float = Field(gt=0, description="host-GPU link per GPU per direction (PCIe or NVLink-C2C), "
                                                          "GB/s")
