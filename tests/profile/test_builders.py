@@ -47,6 +47,9 @@ CASES = [
     # a stack without Transformer Engine: bias gradients as reductions, transformers' F.cross_entropy
     (GPT, Shard(micro_batch=2, seq=32, tp=2, sequence_parallel=True,
                 fusion=Fusion(bias_grad=False, cross_entropy_impl="torch"))),
+    # Megatron's local linears: fused QKV split into views, its own QKV bias add
+    (GPT, Shard(micro_batch=2, seq=32, fusion=Fusion(bias_grad=False, qkv_split=True))),
+    (LLAMA, Shard(micro_batch=1, seq=32, tp=2, fusion=Fusion(qkv_split=True))),
     (LLAMA, Shard(micro_batch=1, seq=32, precision="fp16")),
 ]
 

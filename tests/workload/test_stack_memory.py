@@ -178,3 +178,18 @@ def test_bias_gradients_are_reductions_outside_transformer_engine():
     assert sum(bias_grads("megatron-lm-2021")) > 0
     assert bias_grads("megatron-core") == []  # Transformer Engine: cuBLASLt bias-gradient epilogue
     assert bias_grads("torchtitan") != [] and load_model("llama3-8b").add_bias_linear is False
+
+
+def test_megatron_fused_qkv_split_concatenates_gradients_and_local_linears_add_their_bias():
+    gpt = load_model("gpt3-1.7b")
+
+    def ops(framework: str) -> dict[str, float]:
+        j = Job(model=gpt, system=load_system("dgx-h100"), num_gpus=1, framework=framework,
+                training=Training(global_batch_size=4, micro_batch_size=2, seq_length=2048))
+        w = layer_work(gpt, shard_of(j))
+        return {op.name: op.bytes for op in (*w.fwd, *w.bwd) if op.name in ("qkv_split_grad", "qkv_bias")}
+
+    n = 2 * 2048 * 3 * gpt.hidden_size  # QKV output elements of one micro-batch
+    assert ops("megatron-core-local") == {"qkv_split_grad": 2 * 2 * n, "qkv_bias": 2 * 2 * n}
+    assert ops("megatron-core") == {"qkv_split_grad": 2 * 2 * n}  # TE adds the bias in its GEMM
+    assert ops("torchtitan") == {} and ops("hf-transformers") == {}  # separate q/k/v projections

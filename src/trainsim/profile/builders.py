@@ -57,7 +57,8 @@ BYTES_PER_ELEMENT: dict[tuple[str, str], Callable[[float], float]] = {
     **{(f"cross_entropy_{impl}", phase): (
         lambda e, f=Fusion(cross_entropy_impl=impl), i=i: cross_entropy_bytes(f, e)[i])
        for impl in ("vocab_parallel", "torch") for i, phase in enumerate(("fwd", "bwd"))},
-    ("bias", "bwd"): lambda e: e,
+    ("bias", "fwd"): lambda e: 2 * e, ("bias", "bwd"): lambda e: e,
+    ("qkv_split", "bwd"): lambda e: 2 * e,
     ("permute", "fwd"): lambda e: 2 * e, ("permute", "bwd"): lambda e: 2 * e,
     ("unpermute", "fwd"): lambda e: 3 * e, ("unpermute", "bwd"): lambda e: 3 * e,
     ("router_topk", "fwd"): lambda e: 24.0, ("router_topk", "bwd"): lambda e: 16.0,
@@ -349,6 +350,10 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
         impl = shard.fusion.cross_entropy_impl
         loss = K.cross_entropy if impl == "torch" else K.vocab_parallel_cross_entropy
         return _Fwd(lambda x: loss(x, target), [r(t, v)], [0], t * v, f"cross_entropy_{impl}")
+    if base == "qkv_split":  # Megatron's fused QKV output split into views: the backward concatenates
+        heads, groups, d = model.num_attention_heads // tp, model.query_groups // tp, model.head_dim
+        sizes = [heads * d, groups * d, groups * d]
+        return _Fwd(lambda x: tuple(x.split(sizes, dim=-1)), [r(t, sum(sizes))], [0], t * sum(sizes), "qkv_split")
     if base.endswith("_bias"):  # a linear layer's bias: its backward is the bias gradient's reduction
         width = _biased_width(base[: -len("_bias")], model, shard)
         if width:

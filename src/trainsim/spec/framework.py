@@ -175,9 +175,11 @@ class Framework(Spec, frozen=True):
                                   "FSDP2's fully_shard module) or one sub-module (DeepSpeed's fetch_sub_module); "
                                   "None: layer")
     module_layout: ModuleLayout | None = Field(
-        default=None, description="sub-modules of a layer when gathering per module: transformers (separate "
-                                  "q/k/v and gate/up projections for gated models) or megatron (fused QKV and "
-                                  "fused gate/up); None: transformers")
+        default=None, description="the model code's projections: transformers (separate q/k/v and gate/up "
+                                  "projections) or megatron (one fused QKV GEMM whose output is split into query, "
+                                  "key and value views, its backward concatenating their gradients; fused gate/up); "
+                                  "read by per-module ZeRO-3 gathers and the QKV gradient concatenation; None: "
+                                  "transformers")
     max_live_params: Annotated[int | None, Flag(
         "--stage3-max-live-parameters", megatron=False,
         help="ZeRO-3: gathered elements kept at most (DeepSpeed stage3_max_live_parameters)")] = Field(

@@ -202,7 +202,9 @@ def _bias_grad(shard: Shard, name: str, elements: float) -> list[ComputeOp]:
     """The reduction of a linear layer's bias gradient over its ``elements`` output-gradient elements, where the
     stack does not produce it in the GEMM (:func:`trainsim.workload.fusion.bias_grad_bytes`)."""
     nbytes = fz.bias_grad_bytes(shard.fusion, shard.act_bytes) * elements
-    return [_ew(shard, f"{name}_bias_grad", "bwd", nbytes, elements)] if nbytes else []
+    # runs in the linear layer's backward (its grad_of orders it there, trainsim.graph.blocks.backward_order)
+    return [dataclasses.replace(_ew(shard, f"{name}_bias_grad", "bwd", nbytes, elements), grad_of=name)] \
+        if nbytes else []
 
 
 def _norm(name: str, shard: Shard, h: int, rms: bool = False) -> tuple[ComputeOp, ComputeOp]:
@@ -373,9 +375,15 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
         fwd += _casts(shard, t * h)
         first = q_f, q_d, q_w = gemm_with_grads("qkv", t, (heads + 2 * groups) * d, h, dt)
         fwd.append(q_f)
-        bwd += [*_grad_casts(shard, t * (heads + 2 * groups) * d), q_d, q_w]
+        n_qkv = t * (heads + 2 * groups) * d
+        # Megatron's fused QKV: split into views, gradients concatenated in backward (trainsim.workload.fusion)
+        split = fz.qkv_split_grad_bytes(shard.fusion, e) * n_qkv
+        concat = [dataclasses.replace(_ew(shard, "qkv_split_grad", "bwd", split), grad_of="qkv")] if split else []
+        bwd += [*concat, *_grad_casts(shard, n_qkv), q_d, q_w]
         if model.add_bias_linear or model.add_qkv_bias:
-            bwd += _bias_grad(shard, "qkv", t * (heads + 2 * groups) * d)
+            if add := fz.qkv_bias_add_bytes(shard.fusion, e) * n_qkv:
+                fwd.append(_ew(shard, "qkv_bias", "fwd", add, n_qkv))
+            bwd += _bias_grad(shard, "qkv", n_qkv)
         if model.qk_layernorm:
             n = t * (heads + groups) * d
             fwd.append(_ew(shard, "qk_norm", "fwd", 2 * e * n, 5.0 * n))
