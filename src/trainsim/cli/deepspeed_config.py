@@ -54,23 +54,23 @@ def _int(data: dict[str, Any], key: str, where: str = "") -> int | None:
     return value
 
 
-def _enabled(data: dict[str, Any], key: str) -> bool:
+def _section(data: dict[str, Any], key: str, where: str, example: str) -> dict[str, Any] | None:
+    """The object under ``key`` (``None`` when absent); anything else is a one-line error."""
     section = data.get(key)
-    if section is None:
-        return False
-    if not isinstance(section, dict):
-        raise TrainsimError(FIELD, f"{key} must be an object (got {section!r})",
-                            f"write \"{key}\": {{\"enabled\": true}}")
-    return section.get("enabled") is True
+    if section is not None and not isinstance(section, dict):
+        raise TrainsimError(FIELD, f"{where}{key} must be an object (got {section!r})", f"write \"{key}\": {example}")
+    return section
+
+
+def _enabled(data: dict[str, Any], key: str) -> bool:
+    section = _section(data, key, "", '{"enabled": true}')
+    return section is not None and section.get("enabled") is True
 
 
 def _device(zero: dict[str, Any], key: str) -> str | None:
-    section = zero.get(key)
+    section = _section(zero, key, "zero_optimization.", '{"device": "cpu"}')
     if section is None:
         return None
-    if not isinstance(section, dict):
-        raise TrainsimError(FIELD, f"zero_optimization.{key} must be an object (got {section!r})",
-                            f"write \"{key}\": {{\"device\": \"cpu\"}}")
     device = section.get("device", "none")
     if device == "nvme":
         raise TrainsimError(FIELD, f"zero_optimization.{key}.device nvme: offloading to NVMe is not modelled",
@@ -97,11 +97,8 @@ def parse_deepspeed_config(data: Any) -> DeepSpeedConfig:
         raise TrainsimError(FIELD, "fp16 and bf16 are both enabled", "enable one of them")
     if fp16 or bf16:
         out.options["fp16" if fp16 else "bf16"] = True
-    zero = data.get("zero_optimization")
+    zero = _section(data, "zero_optimization", "", '{"stage": N}')
     if zero is not None:
-        if not isinstance(zero, dict):
-            raise TrainsimError(FIELD, f"zero_optimization must be an object (got {zero!r})",
-                                "write \"zero_optimization\": {\"stage\": N}")
         stage = zero.get("stage", 0)
         if stage not in (0, 1, 2, 3):
             raise TrainsimError(FIELD, f"zero_optimization.stage must be 0-3 (got {stage!r})", "fix the stage")
