@@ -10,7 +10,7 @@ from cli_helpers import check_one_line_error, run
 from trainsim.cost.offload import HOST_LINK_EFFICIENCY, HOST_MEMORY_EFFICIENCY, host_step_time
 from trainsim.errors import TrainsimError
 from trainsim.predictor import predict
-from trainsim.spec import Job, Training, load_model, load_system
+from trainsim.spec import Job, Parallelism, Training, load_model, load_system
 from trainsim.workload.memory import memory_per_stage
 
 
@@ -110,3 +110,11 @@ def test_parameter_offload_needs_zero3_and_a_stack_that_offers_it(kw, fix):
     with pytest.raises(TrainsimError) as exc:
         job(param_cpu_offload=True, **kw)
     assert exc.value.field == "training.param_cpu_offload" and fix in str(exc.value)
+
+
+def test_parameter_offload_with_pipelining_is_refused():
+    with pytest.raises(TrainsimError) as exc:
+        Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=8, framework="torchtitan",
+            parallelism=Parallelism(pp=2),
+            training=Training(global_batch_size=16, seq_length=2048, zero_stage=3, param_cpu_offload=True))
+    assert exc.value.field == "training.param_cpu_offload" and "pipeline" in str(exc.value)

@@ -46,9 +46,9 @@ CASES = [
     (GPT, Shard(micro_batch=1, seq=32, precision="fp32")),
     # a stack without Transformer Engine: bias gradients as reductions, transformers' F.cross_entropy
     (GPT, Shard(micro_batch=2, seq=32, tp=2, sequence_parallel=True,
-                fusion=Fusion(bias_grad=False, cross_entropy_impl="torch"))),
+                fusion=Fusion(bias_in_gemm=False, cross_entropy_impl="torch"))),
     # Megatron's local linears: fused QKV split into views, its own QKV bias add
-    (GPT, Shard(micro_batch=2, seq=32, fusion=Fusion(bias_grad=False, qkv_split=True))),
+    (GPT, Shard(micro_batch=2, seq=32, fusion=Fusion(bias_in_gemm=False, qkv_split=True))),
     (LLAMA, Shard(micro_batch=1, seq=32, tp=2, fusion=Fusion(qkv_split=True))),
     (LLAMA, Shard(micro_batch=1, seq=32, precision="fp16")),
 ]
@@ -153,7 +153,7 @@ def test_vocab_parallel_cross_entropy_is_the_cross_entropy():
 
 
 def test_bias_gradient_builder_reduces_over_the_rows():
-    shard = Shard(micro_batch=2, seq=32, fusion=Fusion(bias_grad=False))
+    shard = Shard(micro_batch=2, seq=32, fusion=Fusion(bias_in_gemm=False))
     ops = [op for op in layer_work(GPT, shard).bwd if op.name.endswith("_bias_grad")]
     assert sorted(op.name for op in ops) == ["attn_proj_bias_grad", "mlp_fc1_bias_grad", "mlp_fc2_bias_grad",
                                              "qkv_bias_grad"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainsim.cli.job_options import fill_unset
 from trainsim.errors import TrainsimError
 
 FIELD = "deepspeed_config"
@@ -129,13 +130,7 @@ def read_deepspeed_config(path: str) -> DeepSpeedConfig:
 def merge_deepspeed_into_options(given: dict[str, Any], cfg: DeepSpeedConfig) -> dict[str, Any]:
     """Job options with the configuration's values where the flags (and a Megatron script) left them unset; the
     global batch from micro-batch × accumulation steps × data-parallel size when ``train_batch_size`` is absent."""
-    out = dict(given)
-    precision_given = any(out.get(p) for p in ("fp16", "bf16", "fp8", "fp32"))
-    for name, value in cfg.options.items():
-        if name in ("fp16", "bf16") and precision_given:
-            continue
-        if out.get(name) in (None, False):
-            out[name] = value
+    out = fill_unset(given, cfg.options)
     if out.get("global_batch_size") is None and cfg.gradient_accumulation_steps and out.get("num_gpus"):
         model_parallel = 1
         for axis in ("tp", "pp", "cp"):

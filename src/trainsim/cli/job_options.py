@@ -102,6 +102,18 @@ _BY_NAME = {o.name: o for o in JOB_OPTIONS}
 PRECISION_FLAGS = tuple(o.name for o in JOB_OPTIONS if o.section == "training" and o.field == "precision")
 
 
+def fill_unset(given: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Job option values from a file (a launch script, a DeepSpeed configuration) where the flags given to trainsim
+    left them unset (``None``/``False``); a precision flag given to trainsim replaces the file's precision."""
+    out = dict(given)
+    precision_given = any(given.get(p) for p in PRECISION_FLAGS)
+    for name, value in values.items():
+        if (name in PRECISION_FLAGS and precision_given) or out.get(name) not in (None, False):
+            continue
+        out[name] = value
+    return out
+
+
 def option(name: str) -> JobOption:
     """The job option called ``name`` (its Python name)."""
     return _BY_NAME[name]

@@ -352,19 +352,14 @@ def tokenizer_vocab(kind: str | None, model: str | None, merge_file: bool) -> in
 
 def merge_into_options(given: dict[str, Any], a: MegatronArgs, gpus: int | None = None) -> dict[str, Any]:
     """Job options from the script, overridden by the flags given to trainsim (``None``/``False``: not given)."""
-    out = dict(given)
-    for name, value in a.options.items():
-        if out.get(name) in (None, False):
-            out[name] = value
+    from trainsim.cli.job_options import fill_unset
+
+    out = fill_unset(given, a.options)
     if a.recompute_method == "uniform" and out.get("recompute_num_layers") is not None:
         a.notes.append("--recompute-method uniform recomputes every layer (in groups of --recompute-num-layers)")
         out["recompute_num_layers"] = None
     if gpus and out.get("num_gpus") is None:
         out["num_gpus"] = gpus
-    precisions = [p for p in ("fp16", "bf16", "fp8", "fp32") if given.get(p)]
-    if precisions:  # a precision given to trainsim replaces the script's
-        for p in ("fp16", "bf16", "fp8", "fp32"):
-            out[p] = p in precisions
     return out
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement, Placements, collective_time, placements_of
 from trainsim.cost.compute import op_time
-from trainsim.cost.offload import host_step_time, shard_copy_time
+from trainsim.cost.offload import host_copy_time, host_step_time
 from trainsim.cost.sharded import Unit, Zero3Comm, pass_overhead
 from trainsim.errors import TrainsimError
 from trainsim.workload.layers import Shard, Work, embedding_work, head_work, layer_work, shard_of
@@ -293,9 +293,12 @@ def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params:
     if sh.replicas > 1:  # hybrid: shard inside the node, one replica group per local rank across the nodes
         place, replicas = Placement(sh.shards, sh.shards, 1), Placement(sh.replicas, 1, sh.replicas)
 
-    def gather(n: float) -> float:  # (parameter offloading: this GPU's shard first crosses from the host)
-        return (model.collective(CommOp("zero3_gather", "all_gather", Group.DP_CP, "fwd", n * e), place)
-                + shard_copy_time(job, n, e))
+    # parameter offloading: this GPU's shard of each gather first crosses from the host, of each reduce back
+    to_host = host_copy_time(job, 1.0 / sh.shards) if job.training.param_cpu_offload else 0.0
+
+    def gather(n: float) -> float:
+        t = model.collective(CommOp("zero3_gather", "all_gather", Group.DP_CP, "fwd", n * e), place)
+        return t + n * e * to_host
 
     def copy_in(n: float) -> float:  # read the gradient in the parameter dtype, write it in the reduce dtype
         return model.compute(elementwise("zero3_rs_copy_in", "bwd", n * (e + g)))
@@ -305,8 +308,7 @@ def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params:
         if replicas is not None:  # the reduce-scattered shard, all-reduced across the replicas
             t += model.collective(CommOp("zero3_replica_ar", "all_reduce", Group.DP_CP, "bwd", n * g / sh.shards),
                                   replicas)
-        # (parameter offloading: the reduced gradient shard goes to the host)
-        return t + (copy_in(n) if sh.copy_in == "stream" else 0.0) + shard_copy_time(job, n, g)
+        return t + (copy_in(n) if sh.copy_in == "stream" else 0.0) + n * g * to_host
 
     def grad_copy(n: float) -> float:
         return copy_in(n) if sh.copy_in == "compute" else 0.0

@@ -33,27 +33,16 @@ def host_step_time(job: Job, local_params: float) -> float:
     share = tr.offloaded_fraction * local_params
     if share == 0 or host is None:
         return 0.0
-    p = fw.param_bytes(tr.precision)
-    g = grad_element_bytes(bool(tr.grads_in_fp32), p)
     cpu_bytes = fw.replace(optimizer_impl="fused").optimizer_step_bytes(tr.precision, bool(tr.grads_in_fp32))
-    cpu = cpu_bytes / (host.memory_bandwidth * HOST_MEMORY_EFFICIENCY)
+    cpu = share * cpu_bytes / (host.memory_bandwidth * HOST_MEMORY_EFFICIENCY)
     if tr.param_cpu_offload:  # gradients and parameters crossed with each reduce-scatter and all-gather
-        return share * cpu
-    return share * ((g + p) / host_link(job) + cpu)
+        return cpu
+    p = fw.param_bytes(tr.precision)
+    return cpu + host_copy_time(job, share * (grad_element_bytes(bool(tr.grads_in_fp32), p) + p))
 
 
-def host_link(job: Job) -> float:
-    """Achieved host↔GPU bandwidth per GPU per direction (bytes/s) of the job's system (needs a ``host``)."""
+def host_copy_time(job: Job, nbytes: float) -> float:
+    """Seconds to move ``nbytes`` between host memory and one GPU (pinned copies at the achieved link rate)."""
     host = job.system.host
     assert host is not None, "CPU offloading needs the system's host section (checked when the job is built)"
-    return host.link_bandwidth * HOST_LINK_EFFICIENCY
-
-
-def shard_copy_time(job: Job, elements: float, element_bytes: float) -> float:
-    """Seconds to copy this GPU's shard of ``elements`` gathered or reduced elements across the host link (parameter
-    offloading: before each all-gather, after each reduce-scatter); 0 without parameter offloading."""
-    if not job.training.param_cpu_offload:
-        return 0.0
-    from trainsim.workload.sharding import sharding_of
-
-    return elements * element_bytes / sharding_of(job).shards / host_link(job)
+    return nbytes / (host.link_bandwidth * HOST_LINK_EFFICIENCY)

@@ -405,6 +405,10 @@ def _check_offload(job: Job, zero: int) -> None:
         if zero < 3:
             raise TrainsimError("training.param_cpu_offload", "parameter offloading offloads the ZeRO-3 / FSDP shards",
                                 "use --zero-stage 3")
+        if job.parallelism.pp > 1:  # the stage's parameters stay gathered through the step: nothing to offload
+            raise TrainsimError("training.param_cpu_offload", "parameter offloading with pipeline parallelism is not "
+                                "modelled (FSDP with pipelining keeps the stage's parameters gathered)",
+                                "use pp 1 or --optimizer-cpu-offload")
     elif not job.framework.optimizer_cpu_offload:
         fix = (f"use --param-cpu-offload with --zero-stage 3 ({name} offloads parameters and optimizer together)"
                if job.framework.param_cpu_offload else

@@ -74,7 +74,7 @@ class Fusion:
     rope: bool = True
     cross_entropy: bool = False
     cross_entropy_impl: str = "vocab_parallel"  # the unfused loss's kernels (Framework.cross_entropy_impl)
-    bias_grad: bool = True  # bias gradients come out of the GEMM (TE's epilogue) instead of separate reductions
+    bias_in_gemm: bool = True  # the GEMM adds the bias and reduces its gradient (TE's cuBLASLt epilogues, compiled)
     qkv_split: bool = False  # one fused QKV GEMM split into views: the backward concatenates the three gradients
     dropout: bool = True
     grad_accumulation: bool = True  # wgrad GEMMs accumulate into main_grad (no separate add per micro-batch)
@@ -93,7 +93,7 @@ def fusion_of(job: Job) -> Fusion:
     return Fusion(norm=fw.fused_norm or compiled, bias_activation=fw.fused_bias_activation or compiled,
                   bias_dropout_add=fw.fused_bias_dropout_add or compiled, rope=fw.fused_rope or compiled,
                   cross_entropy=fw.fused_cross_entropy or compiled, cross_entropy_impl=fw.cross_entropy_impl,
-                  bias_grad=fw.transformer_impl == "transformer_engine" or compiled,
+                  bias_in_gemm=fw.transformer_impl == "transformer_engine" or compiled,
                   qkv_split=fw.module_layout == "megatron" and not compiled, dropout=fw.dropout,
                   grad_accumulation=fw.gradient_accumulation_fusion and (
                       grads_fp32 or not fw.gradient_accumulation_fusion_fp32_only),
@@ -145,12 +145,12 @@ def qkv_split_grad_bytes(f: Fusion, e: float) -> float:
 
 def qkv_bias_add_bytes(f: Fusion, e: float) -> float:
     """Bytes per QKV output element of Megatron's own bias add after the QKV GEMM (0 when the GEMM adds it)."""
-    return 2 * e if f.qkv_split and not f.bias_grad else 0.0
+    return 2 * e if f.qkv_split and not f.bias_in_gemm else 0.0
 
 
 def bias_grad_bytes(f: Fusion, e: float) -> float:
     """Bytes per output element to reduce a linear layer's bias gradient (0 when the GEMM produces it)."""
-    return 0.0 if f.bias_grad else e
+    return 0.0 if f.bias_in_gemm else e
 
 
 def logits_memory_bytes(f: Fusion, e: float) -> float:

@@ -178,9 +178,9 @@ def shard_of(job: Job) -> Shard:
     )
 
 
-def _ew(shard: Shard, name: str, phase: Phase, nbytes: float, flops: float = 0.0) -> ComputeOp:
+def _ew(shard: Shard, name: str, phase: Phase, nbytes: float, flops: float = 0.0, grad_of: str = "") -> ComputeOp:
     """A memory-bound op on this shard's activations."""
-    return elementwise(name, phase, nbytes, flops, shard.act_dtype)
+    return elementwise(name, phase, nbytes, flops, shard.act_dtype, grad_of)
 
 
 def _casts(shard: Shard, elements: float) -> list[ComputeOp]:
@@ -203,8 +203,7 @@ def _bias_grad(shard: Shard, name: str, elements: float) -> list[ComputeOp]:
     stack does not produce it in the GEMM (:func:`trainsim.workload.fusion.bias_grad_bytes`)."""
     nbytes = fz.bias_grad_bytes(shard.fusion, shard.act_bytes) * elements
     # runs in the linear layer's backward (its grad_of orders it there, trainsim.graph.blocks.backward_order)
-    return [dataclasses.replace(_ew(shard, f"{name}_bias_grad", "bwd", nbytes, elements), grad_of=name)] \
-        if nbytes else []
+    return [_ew(shard, f"{name}_bias_grad", "bwd", nbytes, elements, grad_of=name)] if nbytes else []
 
 
 def _norm(name: str, shard: Shard, h: int, rms: bool = False) -> tuple[ComputeOp, ComputeOp]:
@@ -378,7 +377,7 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
         n_qkv = t * (heads + 2 * groups) * d
         # Megatron's fused QKV: split into views, gradients concatenated in backward (trainsim.workload.fusion)
         split = fz.qkv_split_grad_bytes(shard.fusion, e) * n_qkv
-        concat = [dataclasses.replace(_ew(shard, "qkv_split_grad", "bwd", split), grad_of="qkv")] if split else []
+        concat = [_ew(shard, "qkv_split_grad", "bwd", split, grad_of="qkv")] if split else []
         bwd += [*concat, *_grad_casts(shard, n_qkv), q_d, q_w]
         if model.add_bias_linear or model.add_qkv_bias:
             if add := fz.qkv_bias_add_bytes(shard.fusion, e) * n_qkv:

@@ -352,9 +352,9 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
-    if tr.param_cpu_offload:  # the ZeRO-3 / FSDP parameter shards live on the host (the gathered working set below)
-        weights = 0.0
     if sh.per_microbatch_gather:
+        if tr.param_cpu_offload:  # the parameter shards live on the host: only the gathered working set is here
+            weights = 0.0
         weights += sh.gathered_params(model.layer_params / tp, dense + expert) * sh.param_bytes
 
     q = shard.saved_input_bytes

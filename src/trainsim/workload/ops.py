@@ -216,9 +216,11 @@ def exposed_time(comm_s: float, hidden_by_s: float, can_hide: bool, slowdown: fl
     return comm_s, 0.0
 
 
-def elementwise(name: str, phase: Phase, nbytes: float, flops: float = 0.0, dtype: str = "bf16") -> ComputeOp:
-    """A memory-bound kernel moving ``nbytes`` through HBM, on tensors of ``dtype``."""
-    return ComputeOp(name, "elementwise", phase, flops, nbytes, dtype)
+def elementwise(name: str, phase: Phase, nbytes: float, flops: float = 0.0, dtype: str = "bf16",
+                grad_of: str = "") -> ComputeOp:
+    """A memory-bound kernel moving ``nbytes`` through HBM, on tensors of ``dtype`` (``grad_of``: the forward op
+    whose backward it belongs to, when its name does not say so)."""
+    return ComputeOp(name, "elementwise", phase, flops, nbytes, dtype, grad_of=grad_of)
 
 
 def attention(name: str, phase: Phase, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int,
