@@ -219,7 +219,7 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (_OPTIMIZER_OFFLOAD, "optimizer_offload", 1.0),
     (_PARAM_OFFLOAD, "param_offload", True),
     # the stage an offloading run needs when none is named: parameter offloading offloads the ZeRO-3 shards;
-    # Megatron's flag needs the distributed optimizer (an optimizer offload in words: trainsim.validation.rows)
+    # Megatron's flag needs the distributed optimizer (in words: trainsim.validation.fitting.offload_settings)
     (_PARAM_OFFLOAD, "zero", 3),
     (r"--optimizer-cpu-offload\b", "zero", 1),
 )
