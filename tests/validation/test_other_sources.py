@@ -696,3 +696,27 @@ def test_hybrid_sharding_in_words(tmp_path, cells):
     m = one(tmp_path, source="PyTorch FSDP", num_gpus=32, global_batch=64, gpu="A100-SXM4-80GB", **cells)
     assert m.job.framework.sharding_strategy == "hybrid" and m.job.training.zero_stage == 3
     assert "sharding_strategy hybrid (stated in the row)" in m.assumptions
+
+
+@pytest.mark.parametrize(("notes", "vpp"), [
+    ("interleaved schedule with 3 virtual stages", 3),
+    ("Interleaved 1F1B, 2 virtual pipeline stages per rank", 2),
+    ("--num-virtual-stages-per-pipeline-rank 4", 4),
+    ("virtual_pipeline_model_parallel_size: 2", 2),
+    ("TP4 PP4 VPP 3", 3),
+    ("--num-layers-per-virtual-pipeline-stage 2", 3),  # 24 layers over pp 4: 6 per rank, 3 chunks of 2
+    ("no interleaving", 1),
+])
+def test_virtual_stages_in_the_notes(tmp_path, notes, vpp):
+    m = one(tmp_path, tp=2, pp=4, num_gpus=8, notes=notes)
+    assert m.job.parallelism.vpp == vpp
+    assert (f"vpp {vpp} (from the notes)" in m.assumptions) == (vpp > 1)
+
+
+def test_virtual_stages_in_the_notes_of_a_packaged_source_row():
+    """Korthikanti rows whose notes state three virtual stages are predicted interleaved; the others not."""
+    from trainsim.validation.measurements import load_measurements
+
+    vpp = {m.id: m.job.parallelism.vpp for m in load_measurements() if m.id.startswith("kort")}
+    assert vpp["kort_175B_full_recompute"] == vpp["kort_530B_sp_selective"] == 3
+    assert vpp["kort_1T_full_recompute"] == vpp["kort_22B_sp_selective"] == 1

@@ -52,6 +52,7 @@ from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.presets import load_system
 from trainsim.spec.system import System
 from trainsim.spec.training import Training
+from trainsim.validation.row_rules import notes_flags, stated_vpp
 
 SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
     "sc21": {"framework": "megatron-lm-2021", "precision": "fp16", "zero": 0, "sp": False, "recompute": "none",
@@ -241,7 +242,8 @@ def legacy_measurement(row: pd.Series) -> Measurement:
     model = _model(row, source)
     system = system_with_overrides(row, load_system(SYSTEM_FOR_GPU[str(row["gpu"])]))
     tp, pp = int(row["tp"]), int(row["pp"])
-    vpp = int(_val(row, "vpp") or 1)
+    notes = str(_val(row, "notes") or "")
+    vpp = int(_val(row, "vpp") or (stated_vpp(notes_flags(notes), model.num_layers, pp) if pp > 1 else None) or 1)
     cp = int(_val(row, "cp") or 1)
     sp_cell = _val(row, "sp")
     sp = d["sp"] if sp_cell is None else sp_cell == "on"
@@ -249,7 +251,6 @@ def legacy_measurement(row: pd.Series) -> Measurement:
     zero_cell = _val(row, "zero")
     zero = d["zero"] if zero_cell is None else (0 if zero_cell == "none" else int(zero_cell))
     precision = _val(row, "precision") or d["precision"]
-    notes = str(_val(row, "notes") or "")
     overlap_grad = d.get("overlap_grad_reduce", False) or "DDP impl=torch" in notes
     mbs = int(_val(row, "micro_batch") or d.get("micro_batch", 1))
     job = Job(

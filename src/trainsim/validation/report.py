@@ -506,6 +506,8 @@ def render_markdown(report: ValidationReport) -> str:
     lines += [
         "",
         "SC'21 rows whose notes say `DDP impl=torch` overlap the gradient all-reduce with the backward pass.",
+        "Rows with an empty `vpp` whose notes state virtual stages (Korthikanti 175B and 530B: \"interleaved schedule",
+        "with 3 virtual stages\", from a secondary transcription of the paper) run the interleaved schedule.",
         "Models: GPT rows use a GELU 4h MLP with biases, dropout and learned positions; Llama rows",
         "SwiGLU/RMSNorm/rotary; Nemotron squared-ReLU, rotary, no biases, vocabulary 256000; GPT-3 rows of NeMo the",
         "GPT-2 vocabulary (50257). Single-H100 rows: the settings of `shared/data/gpu-h100/measure_training.py`",
@@ -580,8 +582,11 @@ def generic_rules_lines() -> list[str]:
         "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
         + ", ".join(f"`{name}`" for name in notes_flag_names()),
         "  (`--overlap-param-gather` and `--fp8-param-gather` imply the distributed optimizer and `--tp-comm-overlap`",
-        "  sequence parallelism, as Megatron's `arguments.py` asserts); a ZeRO stage written in the notes or the",
-        "  source (`ZeRO-3`, `ZeRO stage 2`) fills an empty `zero` cell, and Hugging Face's `attn_implementation`",
+        "  sequence parallelism, as Megatron's `arguments.py` asserts); virtual pipeline stages written as NeMo's",
+        "  `virtual_pipeline_model_parallel_size`, `VPP<n>` or in words (interleaved schedule with 3 virtual stages)",
+        "  fill an empty `vpp` cell (`--num-layers-per-virtual-pipeline-stage k`: L / pp / k); a ZeRO stage written in",
+        "  the notes or the source (`ZeRO-3`, `ZeRO stage 2`) fills an empty `zero` cell, and Hugging Face's",
+        "  `attn_implementation`",
         "  (eager, sdpa, flash_attention_2) in the notes selects the attention path. CPU optimizer offloading named",
         "  in the notes or source (`offload_optimizer`, ZeRO-Offload, CPU-Adam, optimizer offload, CPU offload) turns",
         "  on `--optimizer-cpu-offload`, parameter offloading (`offload_param`, `offload_params=True`, parameter",

@@ -198,6 +198,14 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),
     (r"--micro-batch-size[=\s]+(\d+)", "micro_batch", None),
+    # interleaved pipeline: Megatron's virtual stages per rank (the layers-per-chunk form needs the layer count:
+    # trainsim.validation.rows.row_parallelism), NeMo's virtual_pipeline_model_parallel_size, or in words
+    (r"--num-virtual-stages-per-pipeline-rank[=\s]+(\d+)", "vpp", None),
+    (r"--virtual-pipeline-model-parallel-size[=\s]+(\d+)|(?i:virtual_pipeline_model_parallel_size)\W*(\d+)", "vpp",
+     None),
+    (r"--num-layers-per-virtual-pipeline-stage[=\s]+(\d+)", "layers_per_virtual_stage", None),
+    (r"(?i:\binterleav\w*[^.;]*?\b(\d+)[\s-]+virtual[\s-]+(?:pipeline[\s-]+)?(?:stages|chunks))", "vpp", None),
+    (r"\bVPP[\s=:]*(\d+)\b", "vpp", None),  # "VPP 4", "VPP=2" (case-sensitive: the usual abbreviation)
     (r"--expert-model-parallel-size[=\s]+(\d+)", "ep", None),
     (r"\bEP[\s=:]*(\d+)\b", "ep", None),  # "EP64", "EP 8" (case-sensitive: the usual abbreviation)
     (r"--expert-tensor-parallel-size[=\s]+(\d+)", "etp", None),
@@ -227,7 +235,8 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
 
 def notes_flag_names() -> list[str]:
     """The Megatron arguments :func:`notes_flags` reads, in table order."""
-    names = [m.group(0) for p, _k, _v in NOTES_FLAGS for m in re.finditer(r"--[a-z0-9-]+[a-z0-9]", p)]
+    names = [m.group(0) for p, _k, _v in NOTES_FLAGS for m in re.finditer(r"--[a-z0-9.-]+[a-z0-9]",
+                                                                         p.replace("\\.", "."))]
     return list(dict.fromkeys(names))
 
 
@@ -238,14 +247,25 @@ def notes_flags(notes: str) -> dict[str, Any]:
         found = re.search(pattern, notes)
         if found is None or key in out:
             continue
-        out[key] = value if value is not None else found.group(1)
-    for key in ("micro_batch", "zero", "ep", "etp"):
+        out[key] = value if value is not None else next(g for g in found.groups() if g is not None)
+    for key in ("micro_batch", "zero", "ep", "etp", "vpp", "layers_per_virtual_stage"):
         if key in out:
             out[key] = int(out[key])
     if "optimizer_offload" in out:
         out["optimizer_offload"] = min(1.0, float(out["optimizer_offload"]))
     return out
 
+
+
+def stated_vpp(stated: dict[str, Any], layers: int, pp: int) -> int | None:
+    """Virtual pipeline stages per rank stated in the notes (:func:`notes_flags`): directly, or as Megatron's layers
+    per virtual stage (``layers / pp / k``); ``None`` when the notes name none or the layers do not divide."""
+    if "vpp" in stated:
+        return int(stated["vpp"])
+    per_chunk = stated.get("layers_per_virtual_stage")
+    if per_chunk and pp > 1 and layers % pp == 0 and (layers // pp) % per_chunk == 0:
+        return layers // pp // per_chunk
+    return None
 
 
 # ---- GPUs ---------------------------------------------------------------------------------------------------------

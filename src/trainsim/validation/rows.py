@@ -84,6 +84,7 @@ from trainsim.validation.row_rules import (
     infer_framework,
     notes_flags,
     reports_eq3,
+    stated_vpp,
     system_for_gpu,
 )
 from trainsim.workload.fp8 import Fp8Recipe
@@ -408,7 +409,10 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
     assumed: list[str] = []
     ep = int(_pick("ep", _int(row, "ep"), stated, 1, assumed if "ep" in stated else None))
     etp = stated.get("etp")
-    if _int(row, "vpp") is None and framework is not None and (v := default_vpp(framework, layers, pp)) is not None:
+    if _int(row, "vpp") is None and (v := stated_vpp(stated, layers, pp)) is not None and pp > 1:
+        vpp = v
+        assumed.append(f"vpp {v} (from the notes)")
+    elif _int(row, "vpp") is None and framework is not None and (v := default_vpp(framework, layers, pp)) is not None:
         vpp = v
         assumed.append(f"vpp {v} ({framework.name}: {framework.virtual_stages_default})")
     sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
