@@ -33,7 +33,7 @@ PRIORS: dict[str, tuple[float, float, float, float]] = {
 
 # which constants each generation's data can inform
 FIT_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "ampere": ("gemm_efficiency", "nvlink_efficiency", "network_efficiency", "kernel_overhead_s"),
+    "ampere": ("gemm_efficiency", "memory_efficiency", "nvlink_efficiency", "network_efficiency", "kernel_overhead_s"),
     # Hopper GEMM and attention kernels come from the measured H100 surface (trainsim.cost.kernel_surfaces): the
     # fitted constants describe only what a real step adds to them, HBM efficiency and communication
     "hopper": ("measured_kernel_scale", "measured_fp8_kernel_scale", "memory_efficiency", "nvlink_efficiency",
