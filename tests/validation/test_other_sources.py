@@ -717,6 +717,9 @@ def test_virtual_stages_in_the_notes_of_a_packaged_source_row():
     """Korthikanti rows whose notes state three virtual stages are predicted interleaved; the others not."""
     from trainsim.validation.measurements import load_measurements
 
-    vpp = {m.id: m.job.parallelism.vpp for m in load_measurements() if m.id.startswith("kort")}
+    kort = {m.id: m for m in load_measurements() if m.id.startswith("kort")}
+    vpp = {k: m.job.parallelism.vpp for k, m in kort.items()}
     assert vpp["kort_175B_full_recompute"] == vpp["kort_530B_sp_selective"] == 3
     assert vpp["kort_1T_full_recompute"] == vpp["kort_22B_sp_selective"] == 1
+    assert "vpp 3 (from the notes)" in kort["kort_175B_full_recompute"].assumptions
+    assert not any("vpp" in a for a in kort["kort_1T_full_recompute"].assumptions)

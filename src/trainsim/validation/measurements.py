@@ -243,7 +243,8 @@ def legacy_measurement(row: pd.Series) -> Measurement:
     system = system_with_overrides(row, load_system(SYSTEM_FOR_GPU[str(row["gpu"])]))
     tp, pp = int(row["tp"]), int(row["pp"])
     notes = str(_val(row, "notes") or "")
-    vpp = int(_val(row, "vpp") or (stated_vpp(notes_flags(notes), model.num_layers, pp) if pp > 1 else None) or 1)
+    from_notes = stated_vpp(notes_flags(notes), model.num_layers, pp) if pp > 1 and _val(row, "vpp") is None else None
+    vpp = int(_val(row, "vpp") or from_notes or 1)
     cp = int(_val(row, "cp") or 1)
     sp_cell = _val(row, "sp")
     sp = d["sp"] if sp_cell is None else sp_cell == "on"
@@ -269,8 +270,9 @@ def legacy_measurement(row: pd.Series) -> Measurement:
         num_gpus=int(row["num_gpus"]),
         framework=d["framework"],
     )
+    stated = (f"vpp {from_notes} (from the notes)",) if from_notes else ()
     return Measurement(rid, source, job, measured_iteration_time(row, model), notes,
-                       (f"source defaults of {source!r} (SOURCE_DEFAULTS)",))
+                       (f"source defaults of {source!r} (SOURCE_DEFAULTS)", *stated))
 
 
 def row_to_measurement(row: pd.Series) -> Measurement:
