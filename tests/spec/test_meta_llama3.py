@@ -69,7 +69,13 @@ def test_torchtitan_split_weighs_embedding_and_output_as_one_layer_each():
 
 
 def test_deepspeed_balanced_partition_of_transformer_layers():
-    assert virtual_stage_layers(30, Parallelism(pp=4), "type:transformer") == (8, 8, 7, 7)
+    # deepspeed.runtime.utils.partition_balanced: smallest bottleneck, then every stage filled up to it from the first
+    assert virtual_stage_layers(30, Parallelism(pp=4), "type:transformer") == (8, 8, 8, 6)
+    assert virtual_stage_layers(70, Parallelism(pp=12), "type:transformer") == (6,) * 11 + (4,)  # BLOOM 176B
+    assert virtual_stage_layers(80, Parallelism(pp=3), "type:transformer") == (27, 27, 26)
+    assert virtual_stage_layers(96, Parallelism(pp=8), "parameters") == (12,) * 8
+    with pytest.raises(TrainsimError, match="without a transformer layer"):
+        virtual_stage_layers(9, Parallelism(pp=6), "type:transformer")  # DeepSpeed would leave the last one empty
 
 
 def test_uneven_first_last_with_virtual_stages_outside_megatron():

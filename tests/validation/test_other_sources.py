@@ -723,3 +723,13 @@ def test_virtual_stages_in_the_notes_of_a_packaged_source_row():
     assert vpp["kort_1T_full_recompute"] == vpp["kort_22B_sp_selective"] == 1
     assert "vpp 3 (from the notes)" in kort["kort_175B_full_recompute"].assumptions
     assert not any("vpp" in a for a in kort["kort_1T_full_recompute"].assumptions)
+
+
+def test_a_stack_that_splits_any_layer_count_uses_its_own_rule(tmp_path):
+    """BLOOM-like: 70 layers over pp 12 under Megatron-DeepSpeed follow DeepSpeed's balanced partition, not
+    Megatron-Core's embedding/loss accounting."""
+    m = one(tmp_path, source="BigScience Megatron-DeepSpeed", L=70, h=2048, heads=16, tp=1, pp=12, num_gpus=12,
+            global_batch=48, micro_batch=1, gpu="A100-SXM4-80GB")
+    assert m.job.parallelism.first_stage_layers is None and not m.job.parallelism.account_for_loss_in_pipeline_split
+    assert m.job.virtual_stage_layers == (6,) * 11 + (4,)
+    assert any("the stack's own pipeline split of 70 layers (type:transformer)" in a for a in m.assumptions)

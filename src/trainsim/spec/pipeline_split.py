@@ -25,9 +25,10 @@ Without any of these, the framework profile's split rule (``pipeline_layer_split
   less. For 126 layers on pp 16 × vpp 2 every chunk holds 4 layers, the first chunk of rank 0 and the last of
   rank 15 hold 3 — the same counts as Megatron-Core's ``--account-for-embedding/loss-in-pipeline-split``.
 * ``type:transformer`` (DeepSpeed ``PipelineModule(partition_method='type:transformer')``: ``partition_balanced``
-  over weights 1 for transformer layers, 0 for the rest): the most loaded stage holds ``ceil(layers / pp)``; modelled
-  as the first ``layers mod pp`` stages holding one layer more (DeepSpeed's tie-breaking of the other stages may
-  differ; the most loaded stage, which sets time and memory, is the same).
+  over weights 1 for transformer layers, 0 for the rest): DeepSpeed's algorithm (``deepspeed/runtime/utils.py``): a
+  binary search for the smallest bottleneck, then a greedy probe that fills every stage from the first up to it, so
+  the stages hold ``ceil(layers / pp)`` each and the last one the rest (BLOOM's 70 layers over 12 stages: eleven of
+  6, the last 4 beside the output layer).
 * ``parameters`` (DeepSpeed's default): modelled as ``type:transformer`` (the transformer layers dominate the
   parameter count; the embedding's weight on the first stage is not balanced).
 
@@ -43,6 +44,8 @@ The result is the layer count of every virtual stage; the cost, memory and graph
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
@@ -136,14 +139,44 @@ def _weighted(num_layers: int, stages: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def _probe(prefix: list[int], parts: int, bottleneck: float) -> tuple[list[int], bool]:
+    """DeepSpeed's ``_lprobe``: fill the stages from the first, each up to ``bottleneck``; the stage boundaries
+    (indices into the items) and whether the last stage stays within it."""
+    n, total = len(prefix), prefix[-1]
+    bounds = [0] + [n] * parts
+    target, chunk = bottleneck, n // parts
+    step = chunk
+    for p in range(1, parts):
+        while step < n and prefix[step] < target:
+            step += chunk
+        bounds[p] = bisect.bisect_left(prefix, target, lo=step - chunk, hi=min(step, n))
+        if bounds[p] == n:
+            return bounds, total - prefix[bounds[p - 1]] < bottleneck
+        target = prefix[bounds[p] - 1] + bottleneck
+    return bounds, target >= total
+
+
 def _uniform(num_layers: int, pp: int) -> tuple[int, ...]:
-    """As even as possible, the first ``layers mod pp`` stages one layer more (the most loaded stage of DeepSpeed's
-    ``partition_balanced`` over transformer layers)."""
-    each, extra = divmod(num_layers, pp)
-    if each < 1:
+    """Transformer layers per stage under DeepSpeed's ``partition_balanced`` with weight 1 per transformer layer and 0
+    for the embedding before and the output layer after them (``deepspeed.runtime.utils``, eps 1e-3)."""
+    if num_layers < pp:
         raise TrainsimError("model.num_layers", f"{num_layers} layers cannot fill {pp} pipeline stages",
                             "use fewer pipeline stages")
-    return tuple(each + (1 if i < extra else 0) for i in range(pp))
+    weights = [0] + [1] * num_layers + [0]
+    prefix = list(itertools.accumulate(weights))
+    lower, upper, eps = prefix[-1] / pp, float(prefix[-1]), 1e-3
+    while upper > lower + eps:  # _rb_partition_balanced: the smallest bottleneck the probe can meet
+        mid = lower + (upper - lower) / 2
+        if _probe(prefix, pp, mid)[1]:
+            upper = mid
+        else:
+            lower = mid + eps
+    bounds, _ok = _probe(prefix, pp, upper)
+    counts = tuple(sum(weights[bounds[i]:bounds[i + 1]]) for i in range(pp))
+    if min(counts) < 1:
+        raise TrainsimError("model.num_layers", f"DeepSpeed's balanced partition of {num_layers} layers leaves a "
+                            f"pipeline stage without a transformer layer ({counts})", "use fewer pipeline stages")
+    return counts
 
 
 def _spread(layers: int, vpp: int, short_first: bool) -> list[int]:

@@ -29,10 +29,12 @@ docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
   ``DDP impl=torch`` overlap the gradient all-reduce with the backward pass (PyTorch DDP buckets).
 
 Layers that do not divide over ``pp·vpp``: an optional ``pipeline_layout`` or ``first_stage_layers`` /
-``last_stage_layers`` column wins; else when ``L + 2`` divides, the embedding and the loss count as one layer each
-(Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``: the first
-and last stage hold one layer fewer, as Meta's Llama 3 405B and NeMo's 405B recipe); else first/last stage layer
-counts stated in the notes (``--decoder-first-pipeline-num-layers N`` or "first stage ... N layers"); else a
+``last_stage_layers`` column wins; else first/last stage layer counts stated in the notes
+(``--decoder-first-pipeline-num-layers N`` or "first stage ... N layers"); else a stack that splits any layer count
+itself follows its own rule (the profile's ``pipeline_layer_split``: DeepSpeed's balanced partition, torchtitan's and
+Meta's split counting the embedding and the output as layers); else (Megatron's even split) when ``L + 2`` divides,
+the embedding and the loss count as one layer each (Megatron-Core's ``account_for_embedding_in_pipeline_split`` and
+``account_for_loss_in_pipeline_split``: the first and last stage hold one layer fewer, as NeMo's 405B recipe); else a
 balanced uneven split (:func:`balanced_first_last`, reported with the row); else the row is not predictable. Model:
 a model preset of the same shape (``L``, ``h``, ``heads``, ``kv_heads``) whose family name occurs in the row's model
 name gives the architecture (this is how mixture-of-experts models are recognised: the schema has no expert columns,
@@ -329,8 +331,11 @@ def _stated_first_last(notes: str) -> dict[str, int]:
     return out
 
 
-def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str) -> tuple[dict[str, Any], list[str]]:
-    """Parallelism fields fixing how ``layers`` split over ``pp·vpp`` virtual stages (module docstring)."""
+def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str,
+                   rule: str = "even") -> tuple[dict[str, Any], list[str]]:
+    """Parallelism fields fixing how ``layers`` split over ``pp·vpp`` virtual stages (module docstring); ``rule`` is
+    the framework profile's ``pipeline_layer_split``: a stack that splits any layer count itself (DeepSpeed's
+    balanced partition, torchtitan's weighted split) needs no stated split."""
     layout = _text(row, "pipeline_layout")
     if layout is not None:
         return {"pipeline_layout": layout}, ["pipeline_layout column"]
@@ -340,12 +345,14 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str) -
     stages = pp * vpp
     if layers % stages == 0:
         return {}, []
-    if (layers + 2) % stages == 0:
-        return ({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True},
-                ["embedding and loss counted as one layer each in the pipeline split"])
     stated = _stated_first_last(notes)
     if stated:
         return stated, ["first/last stage layers from the notes"]
+    if rule != "even" and not (vpp > 1 and rule in ("type:transformer", "parameters")):
+        return {}, [f"the stack's own pipeline split of {layers} layers ({rule})"]
+    if (layers + 2) % stages == 0:
+        return ({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True},
+                ["embedding and loss counted as one layer each in the pipeline split"])
     balanced = balanced_first_last(layers, pp, vpp)
     if balanced is not None:
         first, last, each = balanced
@@ -416,7 +423,8 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
         vpp = v
         assumed.append(f"vpp {v} ({framework.name}: {framework.virtual_stages_default})")
     sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
-    split, split_notes = pipeline_split(row, layers, pp, vpp, notes)
+    split, split_notes = pipeline_split(row, layers, pp, vpp, notes,
+                                        framework.pipeline_layer_split if framework is not None else "even")
     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=_int(row, "dp"),
                       sequence_parallel=sp and tp > 1, **split)
     return par, assumed + split_notes
