@@ -206,3 +206,18 @@ def test_all_gather_context_parallelism_is_exposed_where_the_ring_hides():
     allgather = cp_time("meta-llama3")
     ring = cp_time({"name": "meta-llama3", "cp_comm_type": "p2p"})
     assert allgather > 0.1 and allgather > 10 * ring
+
+
+def test_deepspeed_balanced_partition_reaches_the_smallest_bottleneck():
+    """Every accepted split holds all layers with ceil(L/pp) on the most loaded stage (DeepSpeed's binary search can
+    land exactly on that bottleneck, where its probe fills the first stages one layer short: 4 over 3 is 1, 1, 2)."""
+    for layers in range(1, 61):
+        for pp in range(1, 17):
+            try:
+                counts = virtual_stage_layers(layers, Parallelism(pp=pp), "type:transformer")
+            except TrainsimError:
+                # refused only where filling ceil(L/pp) per stage from the first leaves the last one empty
+                assert layers < pp or -(-layers // pp) * (pp - 1) >= layers
+                continue
+            assert sum(counts) == layers and max(counts) == -(-layers // pp) and min(counts) >= 1
+    assert virtual_stage_layers(4, Parallelism(pp=3), "type:transformer") == (1, 1, 2)
