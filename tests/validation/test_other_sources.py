@@ -704,6 +704,7 @@ def test_hybrid_sharding_in_words(tmp_path, cells):
     ("--num-virtual-stages-per-pipeline-rank 4", 4),
     ("virtual_pipeline_model_parallel_size: 2", 2),
     ("TP4 PP4 VPP 3", 3),
+    ("TP 2, PP 4, CP 1, VP 2 (NeMo table columns)", 2),
     ("--num-layers-per-virtual-pipeline-stage 2", 3),  # 24 layers over pp 4: 6 per rank, 3 chunks of 2
     ("no interleaving", 1),
 ])

@@ -205,7 +205,7 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
      None),
     (r"--num-layers-per-virtual-pipeline-stage[=\s]+(\d+)", "layers_per_virtual_stage", None),
     (r"(?i:\binterleav\w*[^.;]*?\b(\d+)[\s-]+virtual[\s-]+(?:pipeline[\s-]+)?(?:stages|chunks))", "vpp", None),
-    (r"\bVPP[\s=:]*(\d+)\b", "vpp", None),  # "VPP 4", "VPP=2" (case-sensitive: the usual abbreviation)
+    (r"\bVP{1,2}[\s=:]*(\d+)\b", "vpp", None),  # "VPP 4", NeMo's "VP 8" column (case-sensitive abbreviations)
     (r"--expert-model-parallel-size[=\s]+(\d+)", "ep", None),
     (r"\bEP[\s=:]*(\d+)\b", "ep", None),  # "EP64", "EP 8" (case-sensitive: the usual abbreviation)
     (r"--expert-tensor-parallel-size[=\s]+(\d+)", "etp", None),
