@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.errors import TrainsimError
+from trainsim.spec.pipeline_split import vpp_from_layers_per_chunk
 
 
 @dataclass
@@ -370,12 +371,11 @@ def apply_to_job(job: Any, a: MegatronArgs) -> Any:
     training = job.training.replace(**a.training) if a.training else job.training
     par = job.parallelism
     if a.layers_per_virtual_stage:
-        per_rank = model.num_layers // par.pp
-        if model.num_layers % par.pp or per_rank % a.layers_per_virtual_stage:
+        vpp = vpp_from_layers_per_chunk(model.num_layers, par.pp, a.layers_per_virtual_stage)
+        if vpp is None:
             raise TrainsimError("--num-layers-per-virtual-pipeline-stage",
-                                f"{a.layers_per_virtual_stage} does not divide the {per_rank} layers per pipeline rank",
-                                "choose a divisor of num_layers / pp")
-        vpp = per_rank // a.layers_per_virtual_stage
+                                f"{a.layers_per_virtual_stage} does not divide the {model.num_layers // par.pp} "
+                                "layers per pipeline rank", "choose a divisor of num_layers / pp")
         if vpp > 1:
             par = par.replace(vpp=vpp)
     seq = job.training.seq_length or model.seq_length

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from trainsim.errors import TrainsimError
@@ -98,7 +99,7 @@ def virtual_stage_layers(num_layers: int, par: Parallelism, split: str = "even",
         if split == "account-for-embedding-and-loss":
             return _weighted(num_layers, pp * vpp)
         if split in ("type:transformer", "parameters") and vpp == 1:
-            return _uniform(num_layers, pp)
+            return _deepspeed_balanced(num_layers, pp)
     extras = int(acc_emb) + int(acc_loss)
     total = num_layers + extras
     if total % (pp * vpp):
@@ -118,6 +119,14 @@ def virtual_stage_layers(num_layers: int, par: Parallelism, split: str = "even",
         raise TrainsimError("model.num_layers", "a virtual stage would hold a negative number of layers",
                             "use fewer pipeline stages")
     return tuple(counts)
+
+
+def vpp_from_layers_per_chunk(num_layers: int, pp: int, per_chunk: int) -> int | None:
+    """Virtual stages per rank given Megatron's ``--num-layers-per-virtual-pipeline-stage`` (``layers / pp / k``);
+    ``None`` when the layers do not divide over the ranks and chunks."""
+    if per_chunk < 1 or num_layers % pp or (num_layers // pp) % per_chunk:
+        return None
+    return num_layers // pp // per_chunk
 
 
 def split_slots(num_layers: int, split: str) -> int:
@@ -156,7 +165,8 @@ def _probe(prefix: list[int], parts: int, bottleneck: float) -> tuple[list[int],
     return bounds, target >= total
 
 
-def _uniform(num_layers: int, pp: int) -> tuple[int, ...]:
+@lru_cache(maxsize=1024)
+def _deepspeed_balanced(num_layers: int, pp: int) -> tuple[int, ...]:
     """Transformer layers per stage under DeepSpeed's ``partition_balanced`` with weight 1 per transformer layer and 0
     for the embedding before and the output layer after them (``deepspeed.runtime.utils``, eps 1e-3)."""
     if num_layers < pp:

@@ -243,7 +243,7 @@ def legacy_measurement(row: pd.Series) -> Measurement:
     system = system_with_overrides(row, load_system(SYSTEM_FOR_GPU[str(row["gpu"])]))
     tp, pp = int(row["tp"]), int(row["pp"])
     notes = str(_val(row, "notes") or "")
-    from_notes = stated_vpp(notes_flags(notes), model.num_layers, pp) if pp > 1 and _val(row, "vpp") is None else None
+    from_notes = stated_vpp(notes_flags(notes), model.num_layers, pp) if _val(row, "vpp") is None else None
     vpp = int(_val(row, "vpp") or from_notes or 1)
     cp = int(_val(row, "cp") or 1)
     sp_cell = _val(row, "sp")

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainsim.spec.framework import list_frameworks
+from trainsim.spec.pipeline_split import vpp_from_layers_per_chunk
 
 MEGATRON_2021_LAST_YEAR = 2021  # the SC'21 code (synchronous input-gradient all-reduce)
 #: Megatron-LM built its models from the legacy ``megatron/model`` code (``--transformer-impl local`` the default, the
@@ -258,14 +259,15 @@ def notes_flags(notes: str) -> dict[str, Any]:
 
 
 def stated_vpp(stated: dict[str, Any], layers: int, pp: int) -> int | None:
-    """Virtual pipeline stages per rank stated in the notes (:func:`notes_flags`): directly, or as Megatron's layers
-    per virtual stage (``layers / pp / k``); ``None`` when the notes name none or the layers do not divide."""
+    """Virtual pipeline stages per rank stated in the notes (:func:`notes_flags`) of a pipelined row: directly, or as
+    Megatron's layers per virtual stage; ``None`` without pipelining, when the notes name none or the layers do not
+    divide."""
+    if pp < 2:
+        return None
     if "vpp" in stated:
         return int(stated["vpp"])
     per_chunk = stated.get("layers_per_virtual_stage")
-    if per_chunk and pp > 1 and layers % pp == 0 and (layers // pp) % per_chunk == 0:
-        return layers // pp // per_chunk
-    return None
+    return vpp_from_layers_per_chunk(layers, pp, per_chunk) if per_chunk else None
 
 
 # ---- GPUs ---------------------------------------------------------------------------------------------------------

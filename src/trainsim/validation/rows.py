@@ -52,11 +52,12 @@ from typing import Any
 
 import pandas as pd
 
+from trainsim.errors import TrainsimError
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model, megatron_swiglu_ffn
 from trainsim.spec.parallelism import Parallelism
-from trainsim.spec.pipeline_split import split_slots
+from trainsim.spec.pipeline_split import split_slots, virtual_stage_layers
 from trainsim.spec.presets import list_models, load_model, load_system
 from trainsim.spec.system import System
 from trainsim.spec.training import Precision, Recompute, Training
@@ -332,10 +333,10 @@ def _stated_first_last(notes: str) -> dict[str, int]:
 
 
 def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str,
-                   rule: str = "even") -> tuple[dict[str, Any], list[str]]:
-    """Parallelism fields fixing how ``layers`` split over ``pp·vpp`` virtual stages (module docstring); ``rule`` is
-    the framework profile's ``pipeline_layer_split``: a stack that splits any layer count itself (DeepSpeed's
-    balanced partition, torchtitan's weighted split) needs no stated split."""
+                   framework: Framework | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Parallelism fields fixing how ``layers`` split over ``pp·vpp`` virtual stages (module docstring): a stack whose
+    own split rule (``pipeline_layer_split``: DeepSpeed's balanced partition, torchtitan's weighted split) places
+    this layer count needs no stated split."""
     layout = _text(row, "pipeline_layout")
     if layout is not None:
         return {"pipeline_layout": layout}, ["pipeline_layout column"]
@@ -348,8 +349,8 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str,
     stated = _stated_first_last(notes)
     if stated:
         return stated, ["first/last stage layers from the notes"]
-    if rule != "even" and not (vpp > 1 and rule in ("type:transformer", "parameters")):
-        return {}, [f"the stack's own pipeline split of {layers} layers ({rule})"]
+    if framework is not None and _own_split(layers, pp, vpp, framework):
+        return {}, [f"the stack's own pipeline split of {layers} layers ({framework.pipeline_layer_split})"]
     if (layers + 2) % stages == 0:
         return ({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True},
                 ["embedding and loss counted as one layer each in the pipeline split"])
@@ -362,6 +363,16 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str,
     raise RowError(f"L: {layers} layers do not divide over pp·vpp = {stages}, nor with the embedding and loss "
                    f"counted as layers ({layers + 2}); state the first/last stage layers (notes or "
                    "first_stage_layers/last_stage_layers columns)")
+
+
+def _own_split(layers: int, pp: int, vpp: int, framework: Framework) -> bool:
+    """Whether the stack's split rule places ``layers`` over ``pp·vpp`` virtual stages by itself."""
+    try:
+        virtual_stage_layers(layers, Parallelism(pp=pp, vpp=vpp), framework.pipeline_layer_split,
+                             framework.pipeline_engine)
+    except TrainsimError:
+        return False
+    return True
 
 
 def balanced_first_last(layers: int, pp: int, vpp: int) -> tuple[int, int, int] | None:
@@ -416,15 +427,14 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
     assumed: list[str] = []
     ep = int(_pick("ep", _int(row, "ep"), stated, 1, assumed if "ep" in stated else None))
     etp = stated.get("etp")
-    if _int(row, "vpp") is None and (v := stated_vpp(stated, layers, pp)) is not None and pp > 1:
+    if _int(row, "vpp") is None and (v := stated_vpp(stated, layers, pp)) is not None:
         vpp = v
         assumed.append(f"vpp {v} (from the notes)")
     elif _int(row, "vpp") is None and framework is not None and (v := default_vpp(framework, layers, pp)) is not None:
         vpp = v
         assumed.append(f"vpp {v} ({framework.name}: {framework.virtual_stages_default})")
     sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
-    split, split_notes = pipeline_split(row, layers, pp, vpp, notes,
-                                        framework.pipeline_layer_split if framework is not None else "even")
+    split, split_notes = pipeline_split(row, layers, pp, vpp, notes, framework)
     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=_int(row, "dp"),
                       sequence_parallel=sp and tp > 1, **split)
     return par, assumed + split_notes
