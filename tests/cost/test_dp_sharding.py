@@ -202,6 +202,12 @@ def test_the_cli_reaches_the_sharded_engine_fields_with_deepspeed_and_fsdp_names
     pre = predict("--framework", "fsdp", "--backward-prefetch", "pre")
     assert post["job"]["framework"]["backward_prefetch"] == "post"
     assert pre["iteration_time_s"] < post["iteration_time_s"]
+    kept = predict("--framework", "deepspeed", "--stage3-max-reuse-distance", "1000000000000")
+    assert kept["job"]["framework"]["max_reuse_params"] == 10**12
+    assert kept["iteration_time_s"] < base["iteration_time_s"]  # 70B layers: nothing gathered again in backward
+    old = predict("--framework", "deepspeed@0.3")
+    assert old["job"]["framework"]["gather_device_sync"] and old["job"]["framework"]["collective_rank_lists"]
+    assert old["iteration_time_s"] > base["iteration_time_s"]
     unlimited = predict("--framework", "fsdp", "--no-limit-all-gathers", "--forward-prefetch")
     assert unlimited["job"]["framework"]["limit_all_gathers"] is False
     code, _, err = run([*ZERO3_ARGS, "--framework", "fsdp", "--backward-prefetch", "sideways"], capsys)
@@ -261,3 +267,91 @@ def test_hybrid_sharding_gathers_inside_the_node_and_all_reduces_across_replicas
         sharding_of(Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=64,
                         parallelism=Parallelism(pp=2), framework={"name": "torchtitan", "sharding_strategy": "hybrid"},
                         training=Training(global_batch_size=64, zero_stage=3)))
+
+
+def _gpt3_job(framework: object, num_gpus: int = 1536, recompute: str = "full") -> Job:
+    return Job(model=load_model("gpt3-175b"), system=load_system("dgx-a100"), num_gpus=num_gpus, framework=framework,
+               training=Training(global_batch_size=num_gpus, zero_stage=3, recompute_granularity=recompute,
+                                 seq_length=2048, precision="fp16"))
+
+
+def _layer_comm(job: Job) -> Zero3Comm:
+    from trainsim.cost.comm import placements_of
+    from trainsim.cost.job_costs import default_cost_model, zero3_layer_comm
+    from trainsim.parallel.axes import Group
+
+    comm = zero3_layer_comm(job, default_cost_model(job), placements_of(job)[Group.DP_CP], job.model.num_params,
+                            job.model.num_layers)
+    assert comm is not None
+    return comm
+
+
+def test_a_device_synchronize_before_each_gather_lets_only_the_last_prefetch_overlap():
+    # two 1 s gathers per layer, 2 s of compute per unit, a prefetch bucket reaching every unit ahead
+    units = (Unit(10.0, 10.0, 0.5), Unit(10.0, 10.0, 0.5))
+
+    def end(sync: bool) -> float:
+        c = Zero3Comm(units=units, gather_time=lambda n: 1.0, reduce_time=lambda n: 0.0, prefetch_params=1e9,
+                      device_sync=sync)
+        return run_pass("F", [(4.0, True)] * 5, c, 0.0).end
+
+    assert end(False) == pytest.approx(1.0 + 20.0)  # the first gather exposed, the rest under the compute
+    # synchronised: the first hook fetches its unit, then issues every prefetch one after another (each waits for
+    # the device), and only the last overlaps the compute the host launches after it
+    assert end(True) == pytest.approx(1.0 + 8 * 1.0 + 20.0)
+
+
+def test_list_collectives_charge_the_host_one_dispatch_per_rank():
+    units = (Unit(10.0, 10.0, 1.0),)
+    c = Zero3Comm(units=units, gather_time=lambda n: 0.1, reduce_time=lambda n: 0.1, host_per_collective=0.5,
+                  gather_in_backward=False)
+    fwd = run_pass("F", [(0.0, True)] * 4, c, 0.0)
+    assert fwd.end == pytest.approx(4 * 0.5)  # the host, not the 0.1 s gather, sets the pace
+    bwd = run_pass("B", [(0.0, True)] * 4, c, 0.0)
+    assert bwd.end == pytest.approx(4 * 0.5 + 0.1)  # copies into the flat input before each reduce-scatter
+    new, old = _layer_comm(_gpt3_job("deepspeed")), _layer_comm(_gpt3_job("deepspeed@0.3"))
+    assert new.host_per_collective == 0.0 and not new.device_sync
+    assert old.host_per_collective == pytest.approx(1536 * 8e-6) and old.device_sync and old.reduce_per_unit
+
+
+def test_deepspeed_2021_gathers_and_reduces_every_tensor_on_its_own():
+    old = sharding_of(_gpt3_job("deepspeed@0.3"))
+    # GPT: LayerNorm (w, b), QKV (w, b), proj (w, b), LayerNorm (w, b), fc1 (w, b), fc2 (w, b); the biases and
+    # norms below the persistence threshold are not gathered but each is reduce-scattered
+    assert len(old.units) == 12 and old.collectives_per_layer == 4 and old.rank_lists and old.device_sync
+    assert sum(u[1] for u in old.units) == pytest.approx(1.0) and sum(u[2] for u in old.units) == pytest.approx(1.0)
+    assert len(sharding_of(_gpt3_job("deepspeed")).units) == 6
+    a, b = estimate(_gpt3_job("deepspeed@0.3")), estimate(_gpt3_job("deepspeed"))
+    assert a.breakdown_s["dp_comm"] > 2 * b.breakdown_s["dp_comm"]
+    e = simulate_job(_gpt3_job("deepspeed@0.3", 256))[0].iteration_time_s
+    assert e == pytest.approx(estimate(_gpt3_job("deepspeed@0.3", 256)).iteration_time_s, rel=0.05)
+
+
+def test_the_reuse_distance_regathers_sub_modules_far_from_their_backward_under_full_recompute():
+    comm = _layer_comm(_gpt3_job("deepspeed"))
+    gathered = [u for u in comm.units if u.params > 0]
+    # QKV, proj and fc1 are more than 1e9 elements (the later modules' recompute and backward) from their backward
+    assert [u.regather for u in gathered] == [True, True, True, False]
+    assert not any(u.regather for u in _layer_comm(_gpt3_job({"name": "deepspeed",
+                                                              "max_reuse_params": 10**12})).units)
+    assert not any(u.regather for u in _layer_comm(_gpt3_job("deepspeed", recompute="none")).units)
+    bwd = run_pass("B", [(1.0, True)] * 2, comm, 0.0)
+    assert sum(1 for name, _, _ in bwd.slices if name == "zero3_param_gather") == 2 * (4 + 3)
+
+
+def test_the_persistent_tensors_are_gathered_after_the_step_rank_by_rank_in_2021():
+    from trainsim.cost.comm import placements_of
+    from trainsim.cost.job_costs import default_cost_model, zero3_persistent_gather
+    from trainsim.parallel.axes import Group
+
+    def after_step(framework: str) -> float:
+        job = _gpt3_job(framework)
+        return zero3_persistent_gather(job, default_cost_model(job), placements_of(job)[Group.DP_CP],
+                                       job.model.num_params, job.model.num_layers)
+
+    # GPT-3: two LayerNorms (weight, bias) and four biases per layer stay gathered: 8 tensors x 96 layers, each
+    # copied out of the flat buffer for every one of the 1,536 ranks
+    assert after_step("deepspeed@0.3") == pytest.approx(8 * 96 * 1536 * 8e-6)
+    assert 0 < after_step("deepspeed") < 0.05  # one coalesced all-gather of ~16M elements
+    assert after_step("fsdp") == 0.0
+    assert estimate(_gpt3_job("deepspeed@0.3")).breakdown_s["optimizer"] > 9.0

@@ -734,3 +734,34 @@ def test_a_stack_that_splits_any_layer_count_uses_its_own_rule(tmp_path):
     assert m.job.parallelism.first_stage_layers is None and not m.job.parallelism.account_for_loss_in_pipeline_split
     assert m.job.virtual_stage_layers == (6,) * 11 + (4,)
     assert any("the stack's own pipeline split of 70 layers (type:transformer)" in a for a in m.assumptions)
+
+
+@pytest.mark.parametrize(("source", "notes", "expected"), [
+    ("DeepSpeed ZeRO-3 blog 2021", "", "deepspeed@0.3"),  # ZeRO-3 as released: no overlap, list collectives
+    ("Narayanan et al. SC21 (DeepSpeed baseline)", "", "deepspeed@0.3"),  # a venue's two-digit year
+    ("DeepSpeed ZeRO-3 blog 2023", "", "deepspeed"),
+    ("DeepSpeed ZeRO-3", "", "deepspeed"),  # no year: the current engine
+])
+def test_deepspeed_rows_take_the_engine_of_their_year(source, notes, expected):
+    assert infer_framework(None, source, notes)[0] == expected
+
+
+def test_a_zero_stage_the_named_stack_lacks_yields_to_the_stack_that_ran_it():
+    title = "Narayanan et al. SC21 'Efficient Large-Scale LM Training on GPU Clusters Using Megatron-LM' Table 2"
+    # the title names Megatron-LM (2021: no ZeRO), the notes the run's engine
+    name, rule = infer_framework(None, title, "ZeRO-3 without model parallelism", (1, 1, 1), zero=3)
+    assert name == "deepspeed@0.3" and "in notes" in rule
+    # nothing else named: Megatron-LM's models with ZeRO-3 ran on DeepSpeed (with TP: Megatron-DeepSpeed)
+    name, rule = infer_framework(None, title, "baseline", (1, 1, 1), zero=3)
+    assert name == "deepspeed@0.3" and "does not offer" in rule
+    assert infer_framework(None, "Megatron-LM study 2022", "", (8, 1, 1), zero=3)[0] == "megatron-deepspeed"
+    # the 2022 code has the distributed optimizer (ZeRO-1); 2021's stack without a stage stays itself
+    assert infer_framework(None, "Megatron-LM study 2022", "", (8, 4, 1), zero=1)[0] == "megatron-lm-2021@3.0"
+    assert infer_framework(None, title, "", (8, 4, 1))[0] == "megatron-lm-2021"
+
+
+def test_first_year_reads_four_digits_and_venue_years():
+    from trainsim.validation.row_rules import first_year
+
+    assert first_year("SC'21 then 2023") == 2021 and first_year("MLSys 2023, SC21") == 2023
+    assert first_year("NeurIPS 22") == 2022 and first_year("no year") is None

@@ -316,14 +316,42 @@ def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params:
     def copy_out(n: float) -> float:
         return model.compute(elementwise("zero3_ag_copy_out", "fwd", 2 * n * e)) if sh.copy_out else 0.0
 
+    # DeepSpeed's max reuse distance: with full recompute a unit's recompute forward and its backward are two
+    # passes over the later units of the layer apart; beyond the limit its parameters are released in between
+    full = job.training.recompute_granularity == "full"
+    later = [sum(a for a, _, _ in sh.units[i + 1:]) * per_layer for i in range(len(sh.units))]
     return Zero3Comm(
-        units=tuple(Unit(a * per_layer, r * per_layer, c) for a, r, c in sh.units),
+        units=tuple(Unit(a * per_layer, r * per_layer, c, full and 2 * rest > sh.max_reuse_params)
+                    for (a, r, c), rest in zip(sh.units, later, strict=True)),
         gather_time=_memo(gather), reduce_time=_memo(reduce), copy_out_time=_memo(copy_out),
         grad_copy_time=_memo(grad_copy),
         forward_depth=sh.forward_depth, backward_order=sh.backward_order, backward_depth=sh.backward_depth,
         prefetch_params=sh.prefetch_params, max_live_params=sh.max_live_params,
         reduce_bucket_params=sh.reduce_bucket_params, gather_in_backward=sh.reshard_after_forward,
+        device_sync=sh.device_sync, reduce_per_unit=sh.rank_lists,
+        # list collectives: the host dispatches one copy per rank for every collective
+        host_per_collective=sh.shards * job.framework.host_dispatch_s if sh.rank_lists else 0.0,
     )
+
+
+def zero3_persistent_gather(job: Job, model: CostModel, place: Placement, stage_params: float,
+                            layers: int) -> float:
+    """Seconds after the optimizer step to all-gather the tensors DeepSpeed's ZeRO-3 keeps gathered through the
+    step's passes (those under ``stage3_param_persistence_threshold``): ``stage3.py`` ``_post_step`` gathers them
+    all in one blocking collective; with list collectives (DeepSpeed <= 0.5's ``_allgather_params``) every such
+    tensor is then copied out of the flat buffer rank by rank from Python, one host dispatch per tensor and rank."""
+    sh = sharding_of(job)
+    if not sh.per_microbatch_gather or sh.shards <= 1 or job.dp_engine != "deepspeed-zero":
+        return 0.0
+    kept = [r - a for a, r, _ in sh.units if r - a > 0]
+    elements = sum(kept) * stage_params / max(layers, 1) * layers
+    if elements <= 0:
+        return 0.0
+    t = model.collective(CommOp("zero3_persistent_gather", "all_gather", Group.DP_CP, "fwd",
+                                elements * sh.param_bytes), place)
+    if sh.rank_lists:
+        t = max(t, len(kept) * layers * sh.shards * job.framework.host_dispatch_s)
+    return t
 
 
 def zero3_overhead(layers: int, f: float, b: float, c: Zero3Comm, slowdown: float) -> float:
@@ -446,7 +474,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
         local = dense / shards + expert / job.expert_dp if sh.zero_stage >= 1 else params
         # CPU offloading: the GPU steps its share while the host steps the offloaded one (trainsim.cost.offload)
         opt = max(model.optimizer_step(local * (1.0 - job.training.offloaded_fraction)),
-                  host_step_time(job, local))
+                  host_step_time(job, local)) + zero3_persistent_gather(job, model, dp_place, params, layers)
         zero3 = 0.0
         comm = zero3_layer_comm(job, model, dp_place, params, layers)
         if comm is not None:

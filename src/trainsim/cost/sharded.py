@@ -27,6 +27,14 @@ When gathers are issued — the *prefetch rule*:
   stage3_prefetch_bucket_size)`` elements (the parameter that crosses the limit is included). With layers bigger
   than the bucket, the prefetch reaches less than a layer ahead.
 
+2021 DeepSpeed (:attr:`Zero3Comm.device_sync`, :attr:`Zero3Comm.host_per_collective`): the host synchronizes the
+device before every all-gather, so a gather starts when the compute and the stream have drained and the compute
+the host launches next waits for it to be issued (only the last prefetched gather overlaps a unit's compute); list
+collectives cost the host one copy dispatch per rank (after a gather's collective, before a reduce-scatter's), which
+delays the compute it launches next; a full gradient bucket is reduce-scattered tensor by tensor
+(:attr:`Zero3Comm.reduce_per_unit`). With full recompute a unit that DeepSpeed's reuse distance releases after its
+recompute forward is gathered twice in the backward pass (:attr:`Unit.regather`).
+
 Copies: FSDP2 copies the all-gather output into the unsharded parameters (``foreach_all_gather_copy_out``) and the
 gradients into the reduce-scatter input (``foreach_reduce_scatter_copy_in``) on the compute stream: both delay the
 compute (:attr:`Zero3Comm.copy_out_time`, :attr:`Zero3Comm.grad_copy_time`). Copies on a side stream before the
@@ -80,6 +88,7 @@ class Unit:
     params: float  # elements all-gathered for it (0: nothing to gather — persistent parameters)
     grads: float  # gradient elements it reduces (persistent parameters included)
     share: float  # fraction of the layer's compute
+    regather: bool = False  # full recompute: released after its recompute forward, gathered again for backward
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,9 @@ class Zero3Comm:
     max_live_params: float = math.inf
     reduce_bucket_params: float | None = None  # None: one reduce-scatter per unit after its backward
     gather_in_backward: bool = True  # resharded after forward: gathered again for the backward pass
+    device_sync: bool = False  # the host drains the device before every all-gather (DeepSpeed <= 0.5)
+    host_per_collective: float = 0.0  # s the host spends issuing one collective (per-rank copies of list APIs)
+    reduce_per_unit: bool = False  # a full bucket is reduce-scattered unit by unit (one collective per tensor)
 
     @property
     def gather(self) -> float:
@@ -108,7 +120,7 @@ class Zero3Comm:
     @property
     def reduce(self) -> float:
         """s, one layer's reduce-scatters (one per unit, or the layer's share of the buckets)."""
-        if self.reduce_bucket_params is None:
+        if self.reduce_bucket_params is None or self.reduce_per_unit:
             return sum(self.reduce_time(u.grads) for u in self.units if u.grads > 0)
         grads = sum(u.grads for u in self.units)
         bucket = min(self.reduce_bucket_params, grads)
@@ -162,6 +174,9 @@ def run_pass(kind: str, blocks: Sequence[tuple[float, bool]], c: Zero3Comm, slow
         for u in units:
             g = -1
             if gathers and u.params > 0:
+                if not fwd and u.regather:  # the recompute forward's gather, released before the backward
+                    items.append((0.0, len(params), 0.0, bi))
+                    params.append(u.params)
                 g = len(params)
                 params.append(u.params)
             items.append((dur * u.share, g, u.grads, bi))
@@ -172,8 +187,31 @@ def run_pass(kind: str, blocks: Sequence[tuple[float, bool]], c: Zero3Comm, slow
     by_elements = c.prefetch_params is not None
     depth = c.forward_depth if fwd else c.backward_depth
     order: BackwardOrder = "pre" if fwd else c.backward_order
+    host = c.host_per_collective
+    t = stall = slowdown = 0.0
+
+    def launch(name: str, dur: float, at: float, gather: bool) -> float:
+        """Issue one collective from the host at ``at``; returns its end on the stream. With ``device_sync`` a
+        gather first waits for the device to drain (compute so far and the stream); the host's time issuing it
+        (``host``: copies of list APIs, enqueued behind a gather, ahead of a reduce-scatter) delays the compute
+        the host launches next."""
+        nonlocal t, stall
+        if c.device_sync and gather:
+            at = max(at, t, stream.free)
+        if gather:  # the collective, then the copies out as the host enqueues them
+            start = max(at, stream.free)
+            end = stream.issue(name, max(start + dur, at + host) - start, start)
+        else:  # the copies in as the host enqueues them, then the collective
+            end = stream.issue(name, dur, max(at + host, stream.free))
+        if host > 0 or (c.device_sync and gather):
+            resume = at + host
+            if resume > t:
+                stall += resume - t
+                t = resume
+        return end
+
     if not by_elements and order == "pre" and n_g and depth >= 1:
-        ready[0] = stream.issue("zero3_param_gather", c.gather_time(params[0]), 0.0)
+        ready[0] = launch("zero3_param_gather", c.gather_time(params[0]), 0.0, True)
         issued = 1
 
     live = sum(params[:issued])  # elements gathered or in flight and not yet released
@@ -181,7 +219,7 @@ def run_pass(kind: str, blocks: Sequence[tuple[float, bool]], c: Zero3Comm, slow
     def issue_upto(last: int, at: float) -> None:
         nonlocal issued, live
         while issued < n_g and issued <= last:
-            ready[issued] = stream.issue("zero3_param_gather", c.gather_time(params[issued]), at)
+            ready[issued] = launch("zero3_param_gather", c.gather_time(params[issued]), at, True)
             live += params[issued]
             issued += 1
 
@@ -194,26 +232,38 @@ def run_pass(kind: str, blocks: Sequence[tuple[float, bool]], c: Zero3Comm, slow
             numel += params[issued]
             issued += 1
         live += numel
-        if numel > 0:
-            end = stream.issue("zero3_param_gather", c.gather_time(numel), at)
+        if numel <= 0:
+            return
+        if c.device_sync:  # every parameter its own gather, each after the device drained
             for i in range(first, issued):
-                ready[i] = end
+                ready[i] = launch("zero3_param_gather", c.gather_time(params[i]), max(at, t), True)
+            return
+        end = launch("zero3_param_gather", c.gather_time(numel), at, True)
+        for i in range(first, issued):
+            ready[i] = end
 
-    bucket = 0.0
+    bucket: list[float] = []  # gradients waiting in the reduce bucket, and their sum
+    held = 0.0
+
+    def flush(at: float) -> None:
+        nonlocal held
+        for n in bucket if c.reduce_per_unit else [held]:
+            launch("zero3_grad_reduce_scatter", c.reduce_time(n), max(at, t), False)
+        bucket.clear()
+        held = 0.0
 
     def reduce(grads: float, at: float) -> None:
-        nonlocal bucket
+        nonlocal held
         if grads <= 0:
             return
         if c.reduce_bucket_params is None:
-            stream.issue("zero3_grad_reduce_scatter", c.reduce_time(grads), at)
+            launch("zero3_grad_reduce_scatter", c.reduce_time(grads), at, False)
             return
-        if bucket > 0 and bucket + grads > c.reduce_bucket_params:
-            stream.issue("zero3_grad_reduce_scatter", c.reduce_time(bucket), at)
-            bucket = 0.0
-        bucket += grads
+        if bucket and held + grads > c.reduce_bucket_params:
+            flush(at)
+        bucket.append(grads)
+        held += grads
 
-    t = stall = slowdown = 0.0
     offsets = [0.0] * len(blocks)
     seen = -1
     next_g = 0  # index of the next gather unit in the trace
@@ -253,8 +303,8 @@ def run_pass(kind: str, blocks: Sequence[tuple[float, bool]], c: Zero3Comm, slow
             if g >= 0 and order == "post" and depth >= 1:
                 issue_upto(g + 1, t)
             reduce(grads, t)
-    if not fwd and bucket > 0:
-        stream.issue("zero3_grad_reduce_scatter", c.reduce_time(bucket), t)
+    if not fwd and bucket:
+        flush(t)
     if stream.free > t:
         stall += stream.free - t
         t = stream.free

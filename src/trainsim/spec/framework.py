@@ -35,7 +35,7 @@ OptimizerImpl = Literal["fused", "foreach", "loop"]
 StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 MasterDtype = Literal["fp32", "bf16", "fp16", "param"]
 GradReduceDtype = Literal["fp32", "param"]
-GatherGranularity = Literal["layer", "module"]
+GatherGranularity = Literal["layer", "module", "tensor"]
 ModuleLayout = Literal["transformers", "megatron"]
 BackwardPrefetch = Literal["pre", "post", "none"]
 CPCommType = Literal["p2p", "allgather", "a2a"]
@@ -54,9 +54,10 @@ META_FIELDS = frozenset({"name", "version", "description", "sources"})
 # Optional stack fields: ``None`` means "the engine's own rule", documented with the engine.
 OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fusion_fp32_only",
                              "bucket_size_params", "prefetch_bucket_params", "shard_grads_with_pp",
-                             "gather_granularity", "module_layout", "max_live_params", "param_persistence_threshold",
+                             "gather_granularity", "module_layout", "max_live_params", "max_reuse_params",
+                             "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
-                             "cp_comm_type", "sharding_strategy"})
+                             "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists"})
 
 
 class Framework(Spec, frozen=True):
@@ -170,10 +171,11 @@ class Framework(Spec, frozen=True):
                                         "stage3_prefetch_bucket_size); None: whole layers")
     gather_granularity: Annotated[GatherGranularity | None, Flag(
         "--zero3-gather-unit", megatron=False,
-        help="ZeRO-3/FSDP gather unit: layer (FSDP unit per block) or module (DeepSpeed sub-modules)")] = Field(
+        help="ZeRO-3/FSDP gather unit: layer (FSDP unit per block), module (DeepSpeed sub-modules) or tensor "
+             "(DeepSpeed <= 0.5: every parameter)")] = Field(
         default=None, description="ZeRO-3/FSDP: what one all-gather fetches: a whole layer (FSDP's wrapped block, "
-                                  "FSDP2's fully_shard module) or one sub-module (DeepSpeed's fetch_sub_module); "
-                                  "None: layer")
+                                  "FSDP2's fully_shard module), one sub-module (DeepSpeed's fetch_sub_module) or one "
+                                  "parameter tensor (DeepSpeed <= 0.5's _allgather_param); None: layer")
     module_layout: ModuleLayout | None = Field(
         default=None, description="the model code's projections: transformers (separate q/k/v and gate/up "
                                   "projections) or megatron (one fused QKV GEMM whose output is split into query, "
@@ -185,6 +187,13 @@ class Framework(Spec, frozen=True):
         help="ZeRO-3: gathered elements kept at most (DeepSpeed stage3_max_live_parameters)")] = Field(
         default=None, gt=0, description="ZeRO-3: gathered parameter elements alive at once, prefetches included "
                                         "(DeepSpeed's stage3_max_live_parameters); None: no limit")
+    max_reuse_params: Annotated[int | None, Flag(
+        "--stage3-max-reuse-distance", megatron=False,
+        help="ZeRO-3: a parameter used again within this many elements stays gathered (DeepSpeed)")] = Field(
+        default=None, gt=0, description="ZeRO-3: a released parameter is kept gathered when the parameter elements "
+                                        "used before its next use are fewer (DeepSpeed's stage3_max_reuse_distance); "
+                                        "with full recompute a sub-module's recompute forward and its backward are "
+                                        "that far apart; None: no limit (kept)")
     param_persistence_threshold: Annotated[int | None, Flag(
         "--stage3-param-persistence-threshold", megatron=False,
         help="ZeRO-3: parameters smaller than this stay gathered (DeepSpeed)")] = Field(
@@ -217,6 +226,17 @@ class Framework(Spec, frozen=True):
         default=None, description="FSDP2: the all-gather output is copied into the per-parameter tensors on the "
                                   "compute stream (foreach_all_gather_copy_out); the reduce-scatter input is "
                                   "copied in (foreach_reduce_scatter_copy_in) on its stream")
+    gather_device_sync: bool | None = Field(
+        default=None, description="ZeRO-3: the host synchronizes the whole device (torch.cuda.synchronize) before "
+                                  "every parameter all-gather, so gathers, reduce-scatters and compute never overlap "
+                                  "and the next compute is launched only once the host has issued the gathers "
+                                  "(DeepSpeed <= 0.5, 2021); None: False")
+    collective_rank_lists: bool | None = Field(
+        default=None, description="ZeRO-3 collectives through torch.distributed's list API, one collective per "
+                                  "parameter tensor: all_gather into / reduce_scatter from one tensor view per rank, "
+                                  "which PyTorch's ProcessGroupNCCL flattens with one copy per rank, so the host "
+                                  "dispatches world-size copies (host_dispatch_s each) per collective (DeepSpeed <= "
+                                  "0.5, 2021); None: False (flat buffers, coalesced)")
     max_zero_stage: int = Field(ge=0, le=3, description="highest ZeRO/sharding stage the engine offers")
     max_zero_stage_with_pp: int = Field(ge=0, le=3, description="highest stage accepted together with pipelining")
     # ---- parallelism the stack offers ----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h10
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, SkippedRow, load_measurements, load_table
 from trainsim.validation.ranking import GroupRanking, rank_groups
 from trainsim.validation.row_rules import (
+    DEEPSPEED_2021_LAST_YEAR,
     EQ3_FRAMEWORKS,
     FALLBACK_FRAMEWORK,
     FRAMEWORK_KEYWORDS,
@@ -557,6 +558,8 @@ def generic_rules_lines() -> list[str]:
                 if r.otherwise and r.framework not in shipped else "")
              + (f" (`{r.extended}` when the row uses TP, PP or CP that `{r.framework}` does not offer)"
                 if r.extended else "")
+             + (f" (`{r.sharded}` when the row's ZeRO stage is one `{r.framework}` does not offer)"
+                if r.sharded else "")
              for k, r in enumerate(FRAMEWORK_KEYWORDS, 1)]
     fw_defaults = "; ".join(f"`{fw}`: " + ", ".join(f"{k}={v}" for k, v in d.items())
                             for fw, d in FRAMEWORK_ROW_DEFAULTS.items())
@@ -578,6 +581,13 @@ def generic_rules_lines() -> list[str]:
         "  input-gradient all-reduce, Megatron-LM's default until Megatron-Core models became it in 2024; also for",
         "  rows naming `--use-legacy-models` or vTrain, whose validation runs used these layers) unless the row",
         "  runs FP8 or names Transformer Engine or `--use-mcore-models`; else `megatron-core`.",
+        f"  `deepspeed-by-year`: the first year in the text, {DEEPSPEED_2021_LAST_YEAR} or earlier → `deepspeed@0.3`"
+        " (ZeRO-3 before its",
+        "  gathers overlapped: each parameter all-gathered on its own after a device synchronize, list collectives),",
+        "  else `deepspeed`. A year is a four-digit 20xx or a venue's two digits (`SC21`, `MLSys'23`); the source's",
+        "  comes before the notes'. A stack that does not offer the row's ZeRO stage (the `zero` cell or one written",
+        "  in the notes) yields to the first stack named in the source, then the notes, that does (a source's title",
+        "  may name the paper's own system while the notes describe the run's), else to its rule's alternative.",
         f"  No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
         "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
         + ", ".join(f"`{name}`" for name in notes_flag_names()),
@@ -661,12 +671,13 @@ ZERO3_CASES: tuple[tuple[str, int, int, Recompute], ...] = (
     ("llama2-13b", 4096, 128, "none"), ("llama2-13b", 4096, 512, "none"),
     ("llama2-70b", 4096, 1024, "full"), ("llama2-70b", 4096, 2048, "full"),
     ("gpt3-175b", 2048, 1024, "full"), ("gpt3-175b", 2048, 2048, "full"))
-ZERO3_FRAMEWORKS = ("fsdp", "deepspeed", "torchtitan")
+ZERO3_FRAMEWORKS = ("fsdp", "deepspeed", "deepspeed@0.3", "torchtitan")
 #: Profile overrides that switch the sharded engines' schedule mechanisms off (per-layer gathers one layer ahead,
 #: BACKWARD_PRE, per-layer reduce-scatters, no copies): the *mechanisms off* column.
 ZERO3_MECHANISMS_OFF = {"gather_granularity": "layer", "prefetch_bucket_params": None, "max_live_params": None,
                         "param_persistence_threshold": None, "bucket_size_params": None, "backward_prefetch": "pre",
-                        "limit_all_gathers": True, "all_gather_copy_out": False}
+                        "limit_all_gathers": True, "all_gather_copy_out": False, "max_reuse_params": None,
+                        "gather_device_sync": None, "collective_rank_lists": None}
 
 
 def _zero3_job(name: str, seq: int, n: int, recompute: Recompute, framework: str,
@@ -698,11 +709,16 @@ def zero3_scale_lines() -> list[str]:
         "stay gathered), prefetch by units (FSDP1's `limit_all_gathers`; `backward_prefetch` BACKWARD_POST in",
         "llm-foundry's defaults waits for every backward gather) or by elements (DeepSpeed's",
         "`stage3_prefetch_bucket_size` and `stage3_max_live_parameters`), reduce-scatters per unit or per",
-        "`reduce_bucket_size` bucket (the last exposed), FSDP2's copy-in/copy-out on the compute stream, and the",
-        "compute slowed while collectives overlap it; every collective priced by `trainsim.cost.nccl` (ring",
-        "latency growing with the group, the node's NICs shared). *dp exposed* is the data-parallel time not",
-        "hidden by compute; *mechanisms off* the iteration time with these schedule mechanisms switched off",
-        "(per-layer gathers one layer ahead, BACKWARD_PRE, per-layer reduce-scatters, no copies).",
+        "`reduce_bucket_size` bucket (the last exposed), FSDP2's copy-in/copy-out on the compute stream, DeepSpeed's",
+        "`stage3_max_reuse_distance` (with full recompute a sub-module further than 1e9 elements from its backward",
+        "is gathered again), and the compute slowed while collectives overlap it; every collective priced by",
+        "`trainsim.cost.nccl` (ring latency growing with the group, the node's NICs shared). `deepspeed@0.3` is",
+        "ZeRO-3 as DeepSpeed shipped it in 2021: every parameter tensor its own all-gather and reduce-scatter, a",
+        "device synchronize before each gather (nothing overlaps), and list collectives whose per-rank copies the",
+        "host dispatches (world size × `host_dispatch_s` per collective). *dp exposed* is the data-parallel time",
+        "not hidden by compute; *mechanisms off* the iteration time with these schedule mechanisms switched off",
+        "(per-layer gathers one layer ahead, BACKWARD_PRE, per-layer reduce-scatters, no copies, no reuse limit,",
+        "no synchronize, flat collectives).",
         "",
         "| model | GPUs | framework | iteration s | tokens/s/GPU | MFU | dp exposed s | gathers/layer | "
         "per-layer gather ms | mechanisms off s |",

@@ -53,14 +53,16 @@ _LEGACY_STATED = re.compile(r"--use-legacy-models|\bvtrain\b", re.IGNORECASE)
 @dataclass(frozen=True)
 class FrameworkRule:
     """``pattern`` (regex, case-insensitive) found in the text selects ``framework`` (or, when that profile is not
-    shipped, ``otherwise``; or ``extended`` when the row uses a parallelism the profile does not offer); ``label``
-    says in words what the pattern matches."""
+    shipped, ``otherwise``; or ``extended`` when the row uses a parallelism the profile does not offer; or
+    ``sharded`` when the row's ZeRO stage is one the profile does not offer); ``label`` says in words what the
+    pattern matches."""
 
     label: str
     pattern: str
     framework: str
     otherwise: str | None = None
     extended: str | None = None
+    sharded: str | None = None  # the stack that ran these models with a ZeRO stage this one does not offer
 
 
 #: Ordered: the first rule whose pattern occurs in the text wins. ``megatron-by-year`` is resolved by the year.
@@ -75,25 +77,46 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
                   "meta-llama3", "megatron-core"),
     # DeepSpeed trains with tensor parallelism through Megatron (the ZeRO and ZeRO-Infinity papers: Megatron-LM model
     # parallelism + ZeRO); FSDP with TP, PP or CP is PyTorch's DTensor/pipelining stack as torchtitan composes it
-    FrameworkRule("DeepSpeed, ZeRO-3, ZeRO-Infinity", r"deepspeed|\bzero[-_ ]?(?:3|infinity)\b", "deepspeed",
-                  extended="megatron-deepspeed"),
+    FrameworkRule("DeepSpeed, ZeRO-3, ZeRO-Infinity", r"deepspeed|\bzero[-_ ]?(?:3|infinity)\b",
+                  "deepspeed-by-year", extended="megatron-deepspeed"),
     FrameworkRule("FSDP, FSDP2, llm-foundry, accelerate", r"\bfsdp2?\b|llm[-_ ]?foundry|\baccelerate\b", "fsdp",
                   extended="torchtitan"),
     FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
     FrameworkRule("Megatron-Core, MCore", r"megatron[-_ ]?core|\bmcore\b", "megatron-core"),
-    FrameworkRule("Megatron-LM", r"megatron[-_ ]?lm", "megatron-by-year"),
+    # Megatron-LM's models with a ZeRO stage its code did not offer ran on DeepSpeed (DeepSpeedExamples'
+    # Megatron-LM-v1.1.5-ZeRO3, the SC'21 paper's ZeRO-3 baseline; Megatron-DeepSpeed with tensor parallelism)
+    FrameworkRule("Megatron-LM", r"megatron[-_ ]?lm", "megatron-by-year", sharded="deepspeed-by-year"),
     # vTrain's measurements (MICRO 2024) ran Megatron-LM's legacy layers (see _LEGACY_STATED)
     FrameworkRule("vTrain (Megatron-LM runs)", r"\bvtrain\b", "megatron-by-year"),
 )
 FALLBACK_FRAMEWORK = "megatron-core"
 _YEAR = re.compile(r"(?<!\d)(20[0-3]\d)(?!\d)")
+#: A venue with a two-digit year ("SC21", "SC'21", "MLSys'23", "NeurIPS 22"): the year 20yy.
+_VENUE_YEAR = re.compile(r"\b(?:SC|MLSys|NeurIPS|ICML|ICLR|OSDI|SOSP|NSDI|ATC|EuroSys|PPoPP|ASPLOS|ISCA|MICRO|HPCA|"
+                         r"SIGCOMM|VLDB|KDD|ACL|EMNLP)\s?['’]?(\d{2})\b")
+#: DeepSpeed releases before ZeRO-3 overlapped its gathers (PR #1453, Oct 2021, released 2022): ``deepspeed@0.3``.
+DEEPSPEED_2021_LAST_YEAR = 2021
+
+
+def first_year(text: str) -> int | None:
+    """The first year ``text`` names: a four-digit 20xx or a venue's two-digit year (``SC21``), whichever comes
+    first."""
+    hits = [(m.start(), int(m.group(1))) for m in _YEAR.finditer(text)]
+    hits += [(m.start(), 2000 + int(m.group(1))) for m in _VENUE_YEAR.finditer(text)]
+    return min(hits)[1] if hits else None
+
+
+def deepspeed_by_year(text: str) -> str:
+    """The DeepSpeed stack of a run described by ``text``: ``deepspeed@0.3`` (per-parameter ZeRO-3 gathers after a
+    device synchronize, list collectives) when the first year in it is 2021 or earlier, else ``deepspeed``."""
+    year = first_year(text)
+    return "deepspeed@0.3" if year is not None and year <= DEEPSPEED_2021_LAST_YEAR else "deepspeed"
 
 
 def megatron_by_year(text: str, fp8: bool = False) -> str:
     """The Megatron-LM stack of a run described by ``text``: by the first year in it (module docstring); a run that
     uses FP8 or names Transformer Engine is on Megatron-Core's layers whatever the year."""
-    found = _YEAR.search(text)
-    year = int(found.group(1)) if found else None
+    year = first_year(text)
     if year is not None and year <= MEGATRON_2021_LAST_YEAR:
         return "megatron-lm-2021"
     legacy = (year is not None and year <= MEGATRON_LEGACY_LAST_YEAR) or _LEGACY_STATED.search(text) is not None
@@ -111,14 +134,53 @@ def lacks_parallelism(framework: str, tp: int, pp: int, cp: int) -> bool:
         cp > 1 and not fw.supports_cp)
 
 
+def lacks_zero_stage(framework: str, zero: int | None, pp: int) -> bool:
+    """Whether the profile does not offer the row's ZeRO stage (together with pipelining when ``pp > 1``)."""
+    from trainsim.spec.framework import load_framework
+
+    if not zero:
+        return False
+    fw = load_framework(framework)
+    return zero > (fw.max_zero_stage_with_pp if pp > 1 else fw.max_zero_stage)
+
+
+def _resolve(rule_framework: str, text: str, fp8: bool) -> str:
+    """A rule's stack, the by-year ones resolved from the first year in ``text``."""
+    if rule_framework == "megatron-by-year":
+        return megatron_by_year(text, fp8)
+    if rule_framework == "deepspeed-by-year":
+        return deepspeed_by_year(text)
+    return rule_framework
+
+
+def _pick(rule: FrameworkRule, name: str, shipped: list[str], degrees: tuple[int, int, int]) -> str | None:
+    """``name``, or ``rule.extended`` when the row uses a parallelism ``name`` does not offer; None if not shipped."""
+    if name.partition("@")[0] not in shipped:
+        return None
+    if rule.extended in shipped and lacks_parallelism(name, *degrees):
+        return rule.extended
+    return name
+
+
 def _match(text: str, shipped: list[str], degrees: tuple[int, int, int], fp8: bool = False,
-           context: str = "") -> tuple[str, str] | None:
+           context: str = "", zero: int | None = None, sharded: bool = False) -> tuple[str, str] | None:
+    """The first rule matching ``text`` whose stack offers the row's ZeRO stage (``sharded``: or whose rule names
+    the stack that ran it with that stage)."""
     for rule in FRAMEWORK_KEYWORDS:
         found = re.search(rule.pattern, text, re.IGNORECASE)
         if found is None:
             continue
-        name = megatron_by_year(f"{text} {context}", fp8) if rule.framework == "megatron-by-year" else rule.framework
+        name = _resolve(rule.framework, f"{text} {context}", fp8)
         preset = name.partition("@")[0]
+        if preset in shipped and lacks_zero_stage(name, zero, degrees[1]):
+            if rule.sharded is None or not sharded:
+                continue  # a stack named later may offer the stage
+            base = _resolve(rule.sharded, f"{text} {context}", fp8)
+            owner = next(r for r in FRAMEWORK_KEYWORDS if r.framework == rule.sharded)
+            alt = _pick(owner, base, shipped, degrees)
+            if alt is not None:
+                return alt, f"{found.group(0)!r} with ZeRO stage {zero}, which {name} does not offer"
+            continue
         if preset in shipped and rule.extended in shipped and lacks_parallelism(name, *degrees):
             return rule.extended or name, f"{found.group(0)!r} with tp/pp/cp {degrees} that {name} does not offer"
         if preset in shipped:
@@ -129,10 +191,14 @@ def _match(text: str, shipped: list[str], degrees: tuple[int, int, int], fp8: bo
 
 
 def infer_framework(cell: str | None, source: str, notes: str,
-                    degrees: tuple[int, int, int] = (1, 1, 1), fp8: bool = False) -> tuple[str, str]:
+                    degrees: tuple[int, int, int] = (1, 1, 1), fp8: bool = False,
+                    zero: int | None = None) -> tuple[str, str]:
     """The row's framework and how it was chosen (``framework`` column, keyword in source/notes, or fallback).
     ``degrees``: the row's (tp, pp, cp), for rules whose profile has an ``extended`` stack; ``fp8``: the row runs
-    FP8 (a Megatron-LM run of any year is then on Transformer Engine layers)."""
+    FP8 (a Megatron-LM run of any year is then on Transformer Engine layers); ``zero``: the row's ZeRO stage - a
+    stack that does not offer it yields to the first stack named in the source, then the notes, that does (a
+    source's title may name the paper's own system while the notes describe the run's), else to its rule's
+    ``sharded`` stack."""
     shipped = list_frameworks()
     if cell:
         if cell.partition("@")[0].strip().lower() in shipped or cell.endswith((".yaml", ".yml")):
@@ -142,8 +208,14 @@ def infer_framework(cell: str | None, source: str, notes: str,
         if hit is not None:
             return hit[0], f"{hit[1]} in the framework column"
         return cell, "framework column"  # not a profile: the row is reported with the loader's reason
+    context = f"{source} {notes}"  # the year of a by-year stack: the first one in the source, then the notes
+    for sharded in (False, True) if zero else ():  # a stack that offers the row's ZeRO stage, then a rule's
+        for where, text in (("source", source), ("notes", notes)):
+            hit = _match(text, shipped, degrees, fp8, context, zero, sharded)
+            if hit is not None:
+                return hit[0], f"{hit[1]} in {where}"
     for where, text in (("source", source), ("notes", notes)):
-        hit = _match(text, shipped, degrees, fp8, notes)
+        hit = _match(text, shipped, degrees, fp8, context)
         if hit is not None:
             return hit[0], f"{hit[1]} in {where}"
     return FALLBACK_FRAMEWORK, "fallback: no framework named in source or notes"

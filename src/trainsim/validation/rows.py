@@ -525,7 +525,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
                  if k in SOURCE_STATED and k not in stated}
     stated |= in_source
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
-    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8)
+    zero = _zero(row)
+    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8,
+                                    zero if zero is not None else stated.get("zero"))
     framework = load_framework(fw_name)
     implied_zero = offload_settings(stated, framework)
     if "sharding_strategy" not in stated and "sharding_strategy" in notes_flags(_text(row, "zero") or ""):

@@ -32,6 +32,12 @@ the cost code:
 * **hybrid sharding** (``sharding_strategy: hybrid``: FSDP1 ``HYBRID_SHARD``, FSDP2 HSDP) — states sharded over the
   data-parallel ranks of one node and replicated across nodes: gathers and reduce-scatters stay inside the node,
   and each reduce-scatter's shard is then all-reduced across the replicas (FSDP1 ``_all_reduce_stream``);
+* **reuse distance** (``max_reuse_params``, DeepSpeed's ``stage3_max_reuse_distance``) — with full recompute a
+  sub-module whose backward is further than that many elements from its recompute forward is released in between
+  and gathered again;
+* **2021 DeepSpeed** (``gather_device_sync``, ``collective_rank_lists``, ``gather_granularity: tensor``) — every
+  parameter tensor its own all-gather after a device-wide synchronize and its own reduce-scatter, through
+  torch.distributed's list collectives whose per-rank copies the host dispatches;
 * **copies** — FSDP2 copies the all-gather output into the per-parameter tensors and the gradients into the
   reduce-scatter input (casting to the reduce dtype), both on the compute stream
   (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``: ``foreach_all_gather_copy_out``,
@@ -43,7 +49,8 @@ The values come from the job's resolved training (whose unset fields the framewo
 framework profile (:class:`~trainsim.spec.framework.Framework`: ``reshard_after_forward``, ``prefetch_depth``,
 ``gather_granularity``, ``module_layout``, ``prefetch_bucket_params``, ``max_live_params``,
 ``param_persistence_threshold``, ``bucket_size_params``, ``forward_prefetch``, ``backward_prefetch``,
-``limit_all_gathers``, ``all_gather_copy_out``).
+``limit_all_gathers``, ``all_gather_copy_out``, ``max_reuse_params``, ``gather_device_sync``,
+``collective_rank_lists``).
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ class Sharding:
     units: tuple[tuple[float, float, float], ...] = ((1.0, 1.0, 1.0),)
     prefetch_params: float | None = None  # DeepSpeed: elements per prefetch all-gather (None: prefetch by units)
     max_live_params: float = math.inf  # DeepSpeed: gathered elements alive at once
+    max_reuse_params: float = math.inf  # DeepSpeed: kept gathered when reused within this many elements
     reduce_bucket_params: float | None = None  # DeepSpeed: gradient elements per reduce-scatter (None: per unit)
     forward_depth: int = 1  # units gathered ahead in forward
     backward_order: Literal["pre", "post", "none"] = "pre"  # FSDP1 backward_prefetch
@@ -90,6 +98,9 @@ class Sharding:
     replicas: int = 1  # hybrid sharding: copies of the sharded states (nodes), gradients all-reduced across them
     copy_in: Literal["none", "stream", "compute"] = "none"  # gradients copied (and cast) into the reduce-scatter
     # input: on the reduce-scatter's side stream (FSDP1's cast, DeepSpeed's bucket) or the compute stream (FSDP2)
+    device_sync: bool = False  # the host synchronizes the device before every parameter all-gather (DeepSpeed <= 0.5)
+    rank_lists: bool = False  # torch.distributed list collectives: one copy per rank dispatched by the host, and
+    # every gradient tensor reduce-scattered on its own (DeepSpeed <= 0.5)
 
     @property
     def collectives_per_layer(self) -> int:
@@ -178,9 +189,11 @@ def gather_units(model: Model, granularity: str, layout: str, persistence: float
     ``layer``: one unit (every parameter gathered). ``module``: one unit per sub-module (:func:`layer_modules`);
     tensors with fewer than ``persistence`` elements stay gathered (DeepSpeed's persistent parameters) and a module
     left with nothing to gather (a norm) issues no all-gather; compute is shared in proportion to the GEMM weights
-    (2 FLOPs per weight per token), the norms taking none.
+    (2 FLOPs per weight per token), the norms taking none. ``tensor``: one unit per parameter tensor (DeepSpeed <=
+    0.5's ``_allgather_param`` / ``_reduce_scatter_gradient``: every tensor its own all-gather and reduce-scatter,
+    persistent ones reduced too), the module's compute on its weight's unit.
     """
-    if granularity != "module":
+    if granularity not in ("module", "tensor"):
         return ((1.0, 1.0, 1.0),)
     mods = layer_modules(model, layout)
     total = sum(w + sum(o) for w, o in mods)
@@ -189,8 +202,13 @@ def gather_units(model: Model, granularity: str, layout: str, persistence: float
     units = []
     for w, others in mods:
         tensors = [w, *others]
+        share = w / linear if w > norm else 0.0
+        if granularity == "tensor":  # every tensor its own unit; the module's compute on its weight
+            for i, t in enumerate(tensors):
+                units.append((t / total if t >= persistence else 0.0, t / total, share if i == 0 else 0.0))
+            continue
         gathered = sum(t for t in tensors if t >= persistence)
-        units.append((gathered / total, sum(tensors) / total, w / linear if w > norm else 0.0))
+        units.append((gathered / total, sum(tensors) / total, share))
     return tuple(units)
 
 
@@ -234,12 +252,16 @@ def sharding_of(job: Job) -> Sharding:
                            float(fw.param_persistence_threshold or 0)),
         prefetch_params=float(fw.prefetch_bucket_params) if by_elements and fw.prefetch_bucket_params else None,
         max_live_params=float(fw.max_live_params) if fw.max_live_params else math.inf,
+        max_reuse_params=(float(fw.max_reuse_params) if fw.max_reuse_params and engine == "deepspeed-zero"
+                          else math.inf),
         reduce_bucket_params=(float(fw.bucket_size_params) if engine == "deepspeed-zero" and fw.bucket_size_params
                               else None),
         forward_depth=forward_depth,
         backward_order=backward_order,
         backward_depth=depth,
         copy_out=bool(fw.all_gather_copy_out),
+        device_sync=bool(fw.gather_device_sync) and engine == "deepspeed-zero",
+        rank_lists=bool(fw.collective_rank_lists) and engine == "deepspeed-zero",
         copy_in=("compute" if fw.all_gather_copy_out else
                  "stream" if engine == "deepspeed-zero" or grad_bytes != e else "none"),
     )
