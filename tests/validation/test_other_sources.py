@@ -60,7 +60,8 @@ def one(tmp_path, **cells: object):
     ("Megatron-Bridge recipes", "", "nemo"),
     ("torchtitan paper (FSDP2 + TP)", "", "torchtitan"),  # before FSDP
     ("PyTorch FSDP paper", "", "fsdp"),
-    ("MosaicML llm-foundry benchmarks", "", "fsdp"),
+    ("MosaicML llm-foundry benchmarks", "", "llm-foundry"),  # Composer's FSDP with llm-foundry's model code
+    ("HF accelerate FSDP run", "", "fsdp"),
     ("Hugging Face transformers Trainer", "", "hf-transformers"),
     ("Megatron-LM paper 2021", "", "megatron-lm-2021"),
     ("Megatron-LM paper 2022", "", "megatron-lm-2021@3.0"),  # the asynchronous TP all-reduce of the 2022 code

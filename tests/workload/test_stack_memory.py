@@ -193,3 +193,17 @@ def test_megatron_fused_qkv_split_concatenates_gradients_and_local_linears_add_t
     assert ops("megatron-core-local") == {"qkv_split_grad": 2 * 2 * n, "qkv_bias": 2 * 2 * n}
     assert ops("megatron-core") == {"qkv_split_grad": 2 * 2 * n}  # TE adds the bias in its GEMM
     assert ops("torchtitan") == {} and ops("hf-transformers") == {}  # separate q/k/v projections
+
+
+def test_llm_foundry_fuses_the_loss_and_updates_its_train_metrics_every_micro_batch():
+    from trainsim.workload.layers import head_work
+
+    lf, fsdp = job("llm-foundry"), job("fsdp")
+    assert fz.fusion_of(lf).cross_entropy and not fz.fusion_of(fsdp).cross_entropy
+    # the loss at its peak: 16-bit logits only (flash-attn's fused loss), not the fp32 chain of transformers' loss
+    assert fz.logits_memory_bytes(fz.fusion_of(lf), 2.0) == 4 and fz.logits_memory_bytes(fz.fusion_of(fsdp), 2.0) == 14
+    # Composer's LanguageCrossEntropy and LanguagePerplexity: two forward-only torch losses on the logits (2 + 20 B)
+    ops = {op.name: op for op in head_work(lf.model, shard_of(lf)).fwd}
+    logits = 2048 * lf.model.padded_vocab_size(1)  # one sequence per micro-batch
+    assert ops["train_metrics"].bytes == pytest.approx(2 * 22 * logits)
+    assert "train_metrics" not in {op.name for op in head_work(fsdp.model, shard_of(fsdp)).fwd}

@@ -57,7 +57,8 @@ OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fu
                              "gather_granularity", "module_layout", "max_live_params", "max_reuse_params",
                              "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
-                             "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists"})
+                             "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists",
+                             "train_metric_passes"})
 
 
 class Framework(Spec, frozen=True):
@@ -265,6 +266,10 @@ class Framework(Spec, frozen=True):
                                   "(validation rows with an empty vpp cell): slot-per-chunk: one layer slot per "
                                   "model chunk, V = slots / pp (the split rule's slots: layers, plus embedding and "
                                   "loss where they count as a layer); None: not interleaved")
+    train_metric_passes: int | None = Field(
+        default=None, ge=0, description="forward-only cross-entropy passes over the logits per micro-batch for the "
+                                        "training metrics the trainer updates every micro-batch (Composer: the "
+                                        "model's train metrics under autocast); None: 0")
     # ---- host ----------------------------------------------------------------------------------------------------
     cuda_graphs: Annotated[bool, Flag(
         "--enable-cuda-graph", "--external-cuda-graph", param="enable_cuda_graph",

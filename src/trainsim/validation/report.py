@@ -523,6 +523,9 @@ def render_markdown(report: ValidationReport) -> str:
     if nccl:
         lines += [nccl.rstrip(), ""]
     lines += zero3_scale_lines()
+    from trainsim.validation.external import external_lines
+
+    lines += external_lines()
     return "\n".join(lines)
 
 

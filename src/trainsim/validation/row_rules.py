@@ -79,8 +79,9 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     # parallelism + ZeRO); FSDP with TP, PP or CP is PyTorch's DTensor/pipelining stack as torchtitan composes it
     FrameworkRule("DeepSpeed, ZeRO-3, ZeRO-Infinity", r"deepspeed|\bzero[-_ ]?(?:3|infinity)\b",
                   "deepspeed-by-year", extended="megatron-deepspeed"),
-    FrameworkRule("FSDP, FSDP2, llm-foundry, accelerate", r"\bfsdp2?\b|llm[-_ ]?foundry|\baccelerate\b", "fsdp",
+    FrameworkRule("llm-foundry, MosaicML, Composer", r"llm[-_ ]?foundry|mosaic[-_ ]?ml|\bcomposer\b", "llm-foundry",
                   extended="torchtitan"),
+    FrameworkRule("FSDP, FSDP2, accelerate", r"\bfsdp2?\b|\baccelerate\b", "fsdp", extended="torchtitan"),
     FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
     FrameworkRule("Megatron-Core, MCore", r"megatron[-_ ]?core|\bmcore\b", "megatron-core"),
     # Megatron-LM's models with a ZeRO stage its code did not offer ran on DeepSpeed (DeepSpeedExamples'
@@ -397,6 +398,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("qwen3", r"qwen[\s_.-]*3", {**_LLAMA_LIKE, "qk_layernorm": True}, vocab=151936, gated_ffn=True),
     Family("bloom", r"bloom", {"position_embedding_type": "alibi", "hidden_dropout": 0.0,
                                "attention_dropout": 0.0}, vocab=250880),
+    # MosaicML MPT (llm-foundry mpt configs: no_bias, alibi, no learned positions, LayerNorm, no dropout; the
+    # GPT-NeoX tokenizer's 50,277 tokens padded to 50,368)
+    Family("mpt", r"\bmpt\b", {"position_embedding_type": "alibi", "add_bias_linear": False, "hidden_dropout": 0.0,
+                             "attention_dropout": 0.0}, vocab=50368),
     Family("gpt", r"", {}, vocab=50257),
 )
 #: Frameworks whose GPT models train without dropout (Megatron-Core / NeMo GPT configs: hidden_dropout 0).

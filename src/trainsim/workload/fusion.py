@@ -79,6 +79,7 @@ class Fusion:
     dropout: bool = True
     grad_accumulation: bool = True  # wgrad GEMMs accumulate into main_grad (no separate add per micro-batch)
     grads_fp32: bool = True  # gradient accumulation buffer in fp32 (else the parameter dtype)
+    metric_passes: int = 0  # forward-only cross-entropy passes over the logits for training metrics
 
 
 DEFAULT_FUSION = Fusion()
@@ -97,7 +98,7 @@ def fusion_of(job: Job) -> Fusion:
                   qkv_split=fw.module_layout == "megatron" and not compiled, dropout=fw.dropout,
                   grad_accumulation=fw.gradient_accumulation_fusion and (
                       grads_fp32 or not fw.gradient_accumulation_fusion_fp32_only),
-                  grads_fp32=grads_fp32)
+                  grads_fp32=grads_fp32, metric_passes=fw.train_metric_passes or 0)
 
 
 def norm_bytes(f: Fusion, e: float, rms: bool) -> tuple[float, float]:
@@ -151,6 +152,12 @@ def qkv_bias_add_bytes(f: Fusion, e: float) -> float:
 def bias_grad_bytes(f: Fusion, e: float) -> float:
     """Bytes per output element to reduce a linear layer's bias gradient (0 when the GEMM produces it)."""
     return 0.0 if f.bias_in_gemm else e
+
+
+def metric_bytes(f: Fusion, e: float) -> float:
+    """Bytes per logit of the training metrics' forward-only cross-entropy passes (each the unfused ``torch``
+    forward under autocast: upcast and ``log_softmax``, ``e + 20``)."""
+    return f.metric_passes * (e + 20)
 
 
 def logits_memory_bytes(f: Fusion, e: float) -> float:

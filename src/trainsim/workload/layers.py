@@ -770,8 +770,10 @@ def _head(model: Model, shard: Shard, prefix: str) -> Work:
     cf, cb = fz.cross_entropy_bytes(shard.fusion, e)
     ce_f = _ew(shard, f"{prefix}cross_entropy", "fwd", cf * logits, 4.0 * logits)
     ce_b = _ew(shard, f"{prefix}cross_entropy_grad", "bwd", cb * logits, 3.0 * logits)
+    metrics = (_ew(shard, f"{prefix}train_metrics", "fwd", fz.metric_bytes(shard.fusion, e) * logits,
+                   4.0 * logits * shard.fusion.metric_passes),) if shard.fusion.metric_passes else ()
     comm_fwd = _tp_comm(shard, h, f"{prefix}head_in", True, (f, d, w))
     comm_bwd = _tp_comm_bwd(shard, h, f"{prefix}head_in", True, (f, d, w))
     acc = _grad_accumulation(shard, f"{prefix}lm_head_grad_accumulation", v * h) \
         if model.untie_embeddings_and_output_weights and not prefix else ()
-    return Work((ln_f, f, ce_f), (ce_b, d, w, ln_b, *acc), (), comm_fwd, comm_bwd)
+    return Work((ln_f, f, ce_f, *metrics), (ce_b, d, w, ln_b, *acc), (), comm_fwd, comm_bwd)

@@ -1,0 +1,54 @@
+"""Published training runs outside the calibration data, predicted with the shipped constants (never fitted).
+
+``trainsim/data/public/llm_foundry_benchmarks.csv``: MosaicML llm-foundry's MPT benchmark tables (FSDP; see the
+folder's README). docs/VALIDATION.md shows them in the section "Held-out published runs".
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from trainsim.validation.measurements import load_table
+
+EXTERNAL_FILES = ("llm_foundry_benchmarks.csv",)
+
+
+def external_path(name: str) -> Path:
+    """Path of a packaged external measurement file."""
+    return Path(str(resources.files("trainsim") / "data" / "public" / name))
+
+
+def external_lines() -> list[str]:
+    """The "Held-out published runs" section: per file, the error of every row, its MAPE and worst row, and
+    whether every real run is predicted to fit."""
+    from trainsim.validation.report import run_validation
+
+    lines = [
+        "## Held-out published runs (outside measurements.csv, never fitted)",
+        "",
+        "Published runs of other stacks predicted with the shipped constants (`trainsim/data/public`, provenance in",
+        "its README; `trainsim validate --measurements PATH` prints the same comparison).",
+        "",
+    ]
+    for name in EXTERNAL_FILES:
+        path = external_path(name)
+        report = run_validation(measurements=path)
+        jobs = {m.id: m.job for m in load_table(path).rows}
+        errors = [abs(r.error) for r in report.rows]
+        unfit = [r.id for r in report.rows if not r.fits]
+        lines += [
+            f"**`{name}`**: {len(report.rows)} runs ({', '.join(report.frameworks())}), MAPE "
+            f"{100 * sum(errors) / len(errors):.1f} %, worst {100 * max(errors):.1f} %, "
+            + (f"predicted out of memory: {', '.join(unfit)}" if unfit else "every run predicted to fit") + "; "
+            + (f"not predicted: {len(report.skipped)}" if report.skipped else "every row predicted") + ".",
+            "",
+            "| id | model | GPUs | GPU | measured s | predicted s | error | peak GB |",
+            "|---|---|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in report.rows:
+            job = jobs[r.id]
+            lines.append(f"| {r.id} | {job.model.name} | {job.num_gpus} | {job.system.gpu.name} | {r.measured_s:.3f} | "
+                         f"{r.predicted_s:.3f} | {100 * r.error:+.1f}% | {r.peak_memory_gb:.1f} |")
+        lines.append("")
+    return lines

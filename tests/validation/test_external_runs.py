@@ -1,0 +1,34 @@
+"""Held-out published runs outside the calibration data (trainsim/data/public, never fitted): llm-foundry's MPT
+benchmarks under FSDP are predicted within the issue's accuracy targets and none is predicted out of memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.validation.external import external_lines, external_path
+from trainsim.validation.report import ValidationReport, run_validation
+
+
+@pytest.fixture(scope="module")
+def report() -> ValidationReport:
+    return run_validation(measurements=external_path("llm_foundry_benchmarks.csv"))
+
+
+def test_every_llm_foundry_run_is_predicted_with_its_stack_and_fits(report: ValidationReport):
+    assert not report.skipped
+    assert len(report.rows) == 23
+    assert {r.framework for r in report.rows} == {"llm-foundry"}
+    assert all(r.fits for r in report.rows), [r.id for r in report.rows if not r.fits]
+
+
+def test_llm_foundry_runs_are_within_the_accuracy_target(report: ValidationReport):
+    errors = [abs(r.error) for r in report.rows]
+    assert sum(errors) / len(errors) <= 0.10
+    assert max(errors) <= 0.25
+
+
+def test_the_validation_page_shows_the_held_out_runs():
+    lines = external_lines()
+    assert lines[0].startswith("## Held-out published runs")
+    assert sum(1 for line in lines if line.startswith("| lf")) == 23
+    assert any("every run predicted to fit" in line for line in lines)
