@@ -197,3 +197,22 @@ def test_presets_list_the_versions_a_profile_offers(capsys):
     main(["presets", "--frameworks", "--json"])
     listed = json.loads(capsys.readouterr().out)["frameworks"]["megatron-lm-2021"]["versions"]
     assert listed == ["2.5", "3.0"]
+
+
+def test_a_profile_extends_a_preset_with_its_own_facts(tmp_path):
+    from trainsim.errors import TrainsimError
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("extends: megatron-core\nname: mine\ntransformer_impl: local\n"
+                    "sources:\n  transformer_impl: our fork drops Transformer Engine\n")
+    fw, base = load_framework(str(mine)), load_framework("megatron-core")
+    assert fw.name == "mine" and fw.transformer_impl == "local" and fw.sources["transformer_impl"].startswith("our")
+    assert fw.attention_backend == base.attention_backend
+    assert fw.sources["optimizer_impl"] == base.sources["optimizer_impl"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: megatronn\nname: bad\n")
+    with pytest.raises(TrainsimError, match="extends"):
+        load_framework(str(bad))
+    # the llm-foundry preset is the fsdp preset with llm-foundry's model code
+    lf = load_framework("llm-foundry")
+    assert lf.dp_engine == "fsdp1" and lf.fused_cross_entropy and lf.train_metric_passes == 2

@@ -47,3 +47,31 @@ def test_recompute_is_left_alone_when_the_job_fits():
     job = Job(model=load_model("llama2-7b"), system=load_system("dgx-h100"), num_gpus=8,
               training=Training(global_batch_size=8, seq_length=2048), framework="megatron-core")
     assert recompute_that_fits(job, lambda tr: job) == (job, None)
+
+
+def _llama70b(framework: str, **kw) -> Job:  # type: ignore[no-untyped-def]
+    def build(tr: Training) -> Job:
+        return Job(model=load_model("llama3-70b"), system=load_system("nvl72-gb200"), num_gpus=64, framework=framework,
+                   training=tr)
+
+    return build(Training(global_batch_size=256, micro_batch_size=2, seq_length=8192, zero_stage=3, **kw))
+
+
+def test_unstated_recompute_is_the_fewest_megatron_block_layers_that_fit():
+    job = _llama70b("nemo")
+    assert not memory_report(job).fits
+
+    def build(tr: Training) -> Job:
+        return Job(model=job.model, system=job.system, num_gpus=64, framework="nemo", training=tr)
+
+    fitted, why = recompute_that_fits(job, build)
+    n = fitted.training.recompute_num_layers
+    assert fitted.training.recompute_granularity == "full" and n is not None and 1 <= n < 80
+    assert memory_report(fitted).fits and why is not None and f"full of {n} layers" in why
+    # one layer fewer does not fit: the fewest
+    assert not memory_report(build(fitted.training.replace(recompute_num_layers=n - 1))).fits
+    # stacks without Megatron's block recomputation checkpoint every layer
+    ds = _llama70b("torchtitan")
+    full, _ = recompute_that_fits(ds, lambda tr: Job(model=ds.model, system=ds.system, num_gpus=64,
+                                                     framework="torchtitan", training=tr))
+    assert full.training.recompute_num_layers is None

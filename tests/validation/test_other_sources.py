@@ -20,6 +20,7 @@ from trainsim.validation.measurements import (
 )
 from trainsim.validation.report import render_markdown, run_validation
 from trainsim.validation.row_rules import family_of, infer_framework
+from trainsim.validation.rows import balanced_first_last
 
 SCHEMA = ["id", "source", "model", "L", "h", "heads", "kv_heads", "ffn", "vocab", "seq", "global_batch", "micro_batch",
           "tp", "pp", "vpp", "dp", "cp", "sp", "recompute", "zero", "gpu", "num_gpus", "gpus_per_node", "nic_per_node",
@@ -323,6 +324,10 @@ def test_first_last_stage_layers_from_the_notes_or_balanced_or_reported(tmp_path
     assert any(a.startswith("first/last stage layers 3/2 (unstated") for a in m.assumptions)
     table = load_table(write(tmp_path, [row("odd_1", L=61, pp=16, vpp=2, num_gpus=16, global_batch=32)]))
     assert not table.rows and table.skipped[0].reason.startswith("L:")  # no split with every rank a multiple of 2
+    # two pipeline ranks have no middle stage: a split is found or the row is reported, never a search without end
+    assert balanced_first_last(61, 2, 4) is None and balanced_first_last(61, 2, 1) == (31, 30, 31)
+    table = load_table(write(tmp_path, [row("odd_2", L=61, pp=2, vpp=4, num_gpus=16, global_batch=32)]))
+    assert not table.rows and table.skipped[0].reason.startswith("L:")
 
 
 # ---- engines ------------------------------------------------------------------------------------------------------

@@ -444,6 +444,23 @@ def _parse(text: str, origin: str) -> dict[str, Any]:
     return data
 
 
+def _extended(data: dict[str, Any], origin: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A profile that ``extends: NAME`` a preset: the preset's fields and sources (its own version, not its
+    ``versions:``), then this profile's on top."""
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    base_name = str(base_name).lower()
+    if base_name not in list_frameworks() or base_name in seen:
+        raise TrainsimError("framework.extends", f"{origin} extends {base_name!r}, which is not a preset it can "
+                            "extend", f"use one of {', '.join(list_frameworks())}")
+    base = _extended(_parse((_DIR / f"{base_name}.yaml").read_text(), f"framework preset {base_name}"),
+                     f"framework preset {base_name}", (*seen, base_name))
+    base.pop("versions", None)
+    sources = {**base.get("sources", {}), **data.get("sources", {})}
+    return {**base, "description": "", "version": "", **data, "sources": sources}
+
+
 def _with_version(data: dict[str, Any], version: str | None, origin: str) -> dict[str, Any]:
     """Apply a profile's ``versions:`` overrides (each with its own sources) for ``version``."""
     versions: dict[str, Any] = data.pop("versions", None) or {}
@@ -468,8 +485,9 @@ def preset_versions(name: str) -> tuple[str, ...]:
 
 @cache
 def _preset(name: str, version: str | None) -> Framework:
-    data = _parse((_DIR / f"{name}.yaml").read_text(), f"framework preset {name}")
-    return Framework(**_with_version(data, version, f"framework preset {name}"))
+    origin = f"framework preset {name}"
+    data = _extended(_parse((_DIR / f"{name}.yaml").read_text(), origin), origin)
+    return Framework(**_with_version(data, version, origin))
 
 
 def load_framework(ref: str | Path | Framework | None = None) -> Framework:
@@ -487,7 +505,7 @@ def load_framework(ref: str | Path | Framework | None = None) -> Framework:
         except OSError as exc:
             raise TrainsimError("framework", f"cannot read {path} ({exc.strerror or exc})",
                                 "give a preset name or a YAML path") from None
-        data = _parse(content, str(path))
+        data = _extended(_parse(content, str(path)), str(path))
         return Framework(**_with_version(data, version or None, str(path)))
     names = list_frameworks()
     close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.5)

@@ -24,18 +24,51 @@ from trainsim.spec.training import Training
 def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:
     """An unstated recomputation: the framework's default (none) when the job fits in memory; else the lightest
     recomputation that fits (selective first where it saves memory — attention keeping s² scores, or the stack's
-    op-level selective checkpointing, torchtitan's default — then full), since the run ran."""
+    op-level selective checkpointing, torchtitan's default — then Megatron's block recomputation of the fewest
+    layers per model chunk, then full), since the run ran."""
     from trainsim.predictor import memory_report
 
     if memory_report(job).fits:
         return job, None
     selective_saves = job.attention_path != "flash" or job.framework.selective_recompute == "op"
-    options = ("selective", "full") if selective_saves else ("full",)
-    for granularity in options:
-        candidate = build(job.training.replace(recompute_granularity=granularity))
+    if selective_saves:
+        candidate = build(job.training.replace(recompute_granularity="selective"))
         if memory_report(candidate).fits:
-            return candidate, f"recompute {granularity} (unstated; without it the run would not fit in memory)"
+            return candidate, "recompute selective (unstated; without it the run would not fit in memory)"
+    partial = _fewest_recomputed_layers(job, build)
+    if partial is not None:
+        return partial, (f"recompute full of {partial.training.recompute_num_layers} layers per model chunk "
+                         "(unstated; the fewest with which the run fits in memory)")
+    candidate = build(job.training.replace(recompute_granularity="full"))
+    if memory_report(candidate).fits:
+        return candidate, "recompute full (unstated; without it the run would not fit in memory)"
     return job, None
+
+
+def _fewest_recomputed_layers(job: Job, build: Callable[[Training], Job]) -> Job | None:
+    """Megatron's block recomputation (``--recompute-method block --recompute-num-layers N``: the first N layers of
+    every model chunk recomputed in full) with the smallest N that fits, where the stack runs Megatron's
+    checkpointing (its pipeline engine); ``None`` when no N short of every layer fits."""
+    from trainsim.predictor import memory_report
+
+    if job.framework.pipeline_engine != "megatron":
+        return None
+    most = max(job.virtual_stage_layers, default=0)
+
+    def fits(n: int) -> Job | None:
+        candidate = build(job.training.replace(recompute_granularity="full", recompute_num_layers=n))
+        return candidate if memory_report(candidate).fits else None
+
+    if most < 2 or fits(most - 1) is None:
+        return None
+    lo, hi = 1, most - 1  # the smallest n in [lo, hi] that fits; hi fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    return fits(lo)
 
 
 def sharded_optimizer_if_needed(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:

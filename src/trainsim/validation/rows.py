@@ -22,7 +22,9 @@ docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
   ``tp_shards_sequence``: torchtitan's TP plan, Meta's Llama 3);
 - ``recompute``: none (no framework recomputes by default), unless the job would then not fit in memory: the run
   ran, so it recomputed — the lightest recomputation that fits (selective first where attention keeps the s² scores
-  or the stack's selective checkpointing is op-level, torchtitan's default; then full), reported with the row;
+  or the stack's selective checkpointing is op-level, torchtitan's default; then, on stacks running Megatron's
+  checkpointing, full recomputation of the fewest layers per model chunk that fits, Megatron's block method; then
+  full), reported with the row;
 - ``zero``: the profile's ``default_zero_stage`` (Megatron 0, NeMo 1: distributed optimizer, FSDP and torchtitan 3:
   full sharding, DeepSpeed 0); overlap flags, gradient-reduce dtype, attention path: the profile's;
 - pipeline send/recv overlapped, except ``megatron-lm-2021`` (blocking, as for the SC'21 rows); notes saying
@@ -384,7 +386,7 @@ def balanced_first_last(layers: int, pp: int, vpp: int) -> tuple[int, int, int] 
     if pp < 2:
         return None
     each = -(-layers // pp)
-    while (pp - 2) * each <= layers:
+    while (pp - 2) * each <= layers and each <= layers:  # bounded: with pp = 2 there are no middle stages
         rest = layers - (pp - 2) * each
         last = (rest // 2) // vpp * vpp
         first = rest - last
