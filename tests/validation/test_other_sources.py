@@ -206,8 +206,10 @@ def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
              "global_batch": 256, "tp": 2, "zero": "none"}  # stated: no distributed optimizer to turn on first
     assert one(tmp_path, **cells, micro_batch=1).job.training.recompute_granularity == "none"  # fits without
     m = one(tmp_path, **cells, micro_batch=4)  # does not fit without recomputation: the run ran, so it recomputed
-    assert m.job.training.recompute_granularity == "full"
-    assert any("would not fit" in a for a in m.assumptions)
+    # Megatron's block method: full recomputation of the fewest layers per chunk with which the run fits
+    n = m.job.training.recompute_num_layers
+    assert m.job.training.recompute_granularity == "full" and n is not None and 1 <= n < 32
+    assert any(f"recompute full of {n} layers" in a and "fits in memory" in a for a in m.assumptions)
     old = one(tmp_path, **(cells | {"source": "Megatron-LM 2021"}), micro_batch=1)  # s² scores kept: selective suffices
     assert old.job.training.recompute_granularity == "selective"
     stated = one(tmp_path, **cells, micro_batch=4, recompute="none")  # a stated value is never changed
