@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainsim.validation.external import external_lines, external_path
+from trainsim.validation.measurements import load_table
 from trainsim.validation.report import ValidationReport, run_validation
 
 
@@ -32,3 +33,15 @@ def test_the_validation_page_shows_the_held_out_runs():
     assert lines[0].startswith("## Held-out published runs")
     assert sum(1 for line in lines if line.startswith("| lf")) == 23
     assert any("every run predicted to fit" in line for line in lines)
+
+
+def test_megatron_bridge_dense_runs_are_within_the_target_and_no_run_is_predicted_out_of_memory():
+    path = external_path("megatron_bridge_25_11.csv")
+    report = run_validation(measurements=path)
+    jobs = {m.id: m.job for m in load_table(path).rows}
+    assert {r.framework for r in report.rows} == {"nemo"} and all(r.fits for r in report.rows)
+    dense = [abs(r.error) for r in report.rows if not jobs[r.id].model.is_moe]
+    assert len(dense) == 11 and sum(dense) / len(dense) <= 0.10 and max(dense) <= 0.25
+    # DeepSeek-V3's 61 layers over 8-32 virtual stages need the recipe's stated layout: reported, not guessed
+    assert sorted(s.id for s in report.skipped) == ["mb11", "mb12", "mb3", "mb4"]
+    assert all(s.reason.startswith("L: 61 layers") for s in report.skipped)

@@ -1,7 +1,8 @@
 """Published training runs outside the calibration data, predicted with the shipped constants (never fitted).
 
-``trainsim/data/public/llm_foundry_benchmarks.csv``: MosaicML llm-foundry's MPT benchmark tables (FSDP; see the
-folder's README). docs/VALIDATION.md shows them in the section "Held-out published runs".
+``trainsim/data/public/llm_foundry_benchmarks.csv``: MosaicML llm-foundry's MPT benchmark tables (FSDP);
+``megatron_bridge_25_11.csv``: Megatron-Bridge's 25.11 performance summary (GB300, GB200, B200, H100; dense and
+mixture-of-experts); see the folder's README. docs/VALIDATION.md shows them in the section "Held-out published runs".
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from trainsim.validation.measurements import load_table
 
-EXTERNAL_FILES = ("llm_foundry_benchmarks.csv",)
+EXTERNAL_FILES = ("llm_foundry_benchmarks.csv", "megatron_bridge_25_11.csv")
 
 
 def external_path(name: str) -> Path:
@@ -35,13 +36,15 @@ def external_lines() -> list[str]:
         path = external_path(name)
         report = run_validation(measurements=path)
         jobs = {m.id: m.job for m in load_table(path).rows}
-        errors = [abs(r.error) for r in report.rows]
         unfit = [r.id for r in report.rows if not r.fits]
+        kinds = [(kind, [abs(r.error) for r in report.rows if jobs[r.id].model.is_moe == moe])
+                 for kind, moe in (("dense", False), ("mixture-of-experts", True))]
+        split = "; ".join(f"{kind} {len(e)}: MAPE {100 * sum(e) / len(e):.1f} %, worst {100 * max(e):.1f} %"
+                          for kind, e in kinds if e)
         lines += [
-            f"**`{name}`**: {len(report.rows)} runs ({', '.join(report.frameworks())}), MAPE "
-            f"{100 * sum(errors) / len(errors):.1f} %, worst {100 * max(errors):.1f} %, "
+            f"**`{name}`**: {len(report.rows)} runs ({', '.join(report.frameworks())}) — {split}; "
             + (f"predicted out of memory: {', '.join(unfit)}" if unfit else "every run predicted to fit") + "; "
-            + (f"not predicted: {len(report.skipped)}" if report.skipped else "every row predicted") + ".",
+            + (f"not predicted: {len(report.skipped)} (below)" if report.skipped else "every row predicted") + ".",
             "",
             "| id | model | GPUs | GPU | measured s | predicted s | error | peak GB |",
             "|---|---|---:|---|---:|---:|---:|---:|",
@@ -51,4 +54,7 @@ def external_lines() -> list[str]:
             lines.append(f"| {r.id} | {job.model.name} | {job.num_gpus} | {job.system.gpu.name} | {r.measured_s:.3f} | "
                          f"{r.predicted_s:.3f} | {100 * r.error:+.1f}% | {r.peak_memory_gb:.1f} |")
         lines.append("")
+        lines += [f"- `{k.id}` not predicted: {k.reason}" for k in report.skipped]
+        if report.skipped:
+            lines.append("")
     return lines
