@@ -209,6 +209,10 @@ def test_a_profile_extends_a_preset_with_its_own_facts(tmp_path):
     assert fw.name == "mine" and fw.transformer_impl == "local" and fw.sources["transformer_impl"].startswith("our")
     assert fw.attention_backend == base.attention_backend
     assert fw.sources["optimizer_impl"] == base.sources["optimizer_impl"]
+    unsourced = tmp_path / "unsourced.yaml"
+    unsourced.write_text("extends: fsdp\nname: mine\nfused_cross_entropy: true\n")
+    with pytest.raises(TrainsimError, match="without a source"):
+        load_framework(str(unsourced))
     bad = tmp_path / "bad.yaml"
     bad.write_text("extends: megatronn\nname: bad\n")
     with pytest.raises(TrainsimError, match="extends"):

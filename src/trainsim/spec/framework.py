@@ -457,7 +457,13 @@ def _extended(data: dict[str, Any], origin: str, seen: tuple[str, ...] = ()) -> 
     base = _extended(_parse((_DIR / f"{base_name}.yaml").read_text(), f"framework preset {base_name}"),
                      f"framework preset {base_name}", (*seen, base_name))
     base.pop("versions", None)
-    sources = {**base.get("sources", {}), **data.get("sources", {})}
+    own = data.get("sources", {}) or {}
+    unsourced = sorted(k for k in data if k not in META_FIELDS | {"versions"} and k not in own)
+    if unsourced:
+        raise TrainsimError(f"framework.sources.{unsourced[0]}", f"{origin} changes {', '.join(unsourced)} of "
+                            f"{base_name} without a source", "every field a profile states is a documented fact: "
+                            "add its source")
+    sources = {**base.get("sources", {}), **own}
     return {**base, "description": "", "version": "", **data, "sources": sources}
 
 
