@@ -75,8 +75,8 @@ class BlockRunner:
     commands of the fences above it on the same page run too (``mkdir``/``tar`` of a file a later fence reads).
     """
 
-    def __init__(self, block: Block, workdir: Path, page_tmp: Path, setups_done: set[tuple[str, int]],
-                 earlier: list[Block]) -> None:
+    def __init__(self, block: Block, workdir: Path, page_tmp: Path,
+                 setups_done: dict[tuple[str, int], Outcome | None], earlier: list[Block]) -> None:
         self.block = block
         self.workdir = workdir
         self.page_tmp = page_tmp
@@ -115,9 +115,14 @@ class BlockRunner:
 
     def _setup(self, block: Block, pos: int, workdir: Path) -> Outcome | None:
         """Run setup step ``pos`` of ``block`` (in that block's working directory) unless it ran already."""
-        if (block.id, pos) in self.setups_done:
-            return None
-        self.setups_done.add((block.id, pos))
+        key = (block.id, pos)
+        if key in self.setups_done:  # ran (or was skipped) for an earlier fence: the same outcome
+            return self.setups_done[key]
+        self.setups_done[key] = outcome = self._run_setup(block, pos, workdir)
+        return outcome
+
+    def _run_setup(self, block: Block, pos: int, workdir: Path) -> Outcome | None:
+        """Run one setup step: ``None`` when it ran, else why not (a skip for missing shared data, or a failure)."""
         text = block.steps[pos].text
         workdir.mkdir(parents=True, exist_ok=True)
         try:
@@ -191,8 +196,8 @@ def runners() -> dict[str, BlockRunner]:
 
 
 @pytest.fixture(scope="module")
-def page_setups() -> dict[str, set[tuple[str, int]]]:
-    """The setup steps already run, per page."""
+def page_setups() -> dict[str, dict[tuple[str, int], Outcome | None]]:
+    """The setup steps already run, per page, with their outcome (``None``: ran)."""
     return {}
 
 
@@ -208,14 +213,15 @@ def test_the_docs_parse():
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.id for c in COMMANDS])
 def test_documented_command_runs(command: DocCommand, runners: dict[str, BlockRunner],
-                                 page_setups: dict[str, set[tuple[str, int]]], docs_tmp: Path) -> None:
+                                 page_setups: dict[str, dict[tuple[str, int], Outcome | None]],
+                                 docs_tmp: Path) -> None:
     block = command.block
     if block.id not in runners:
         page_blocks = [b for b in BLOCKS if b.page == block.page]
         earlier = page_blocks[:page_blocks.index(block)]
         runners[block.id] = BlockRunner(block, docs_tmp / block.id.replace(":", "-"),
                                         docs_tmp / f"tmp-{block.page.name}",
-                                        page_setups.setdefault(block.page.name, set()), earlier)
+                                        page_setups.setdefault(block.page.name, {}), earlier)
     result = runners[block.id].outcome(command.step.index)
     if result.status == "skip":
         pytest.skip(result.message)
