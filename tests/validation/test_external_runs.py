@@ -45,3 +45,10 @@ def test_megatron_bridge_dense_runs_are_within_the_target_and_no_run_is_predicte
     # DeepSeek-V3's 61 layers over 8-32 virtual stages need the recipe's stated layout: reported, not guessed
     assert sorted(s.id for s in report.skipped) == ["mb11", "mb12", "mb3", "mb4"]
     assert all(s.reason.startswith("L: 61 layers") for s in report.skipped)
+
+
+def test_torchtitan_fsdp2_runs_on_a100_are_within_the_target():
+    report = run_validation(measurements=external_path("torchtitan_a100.csv"))
+    errors = [abs(r.error) for r in report.rows]
+    assert not report.skipped and len(errors) == 8 and {r.framework for r in report.rows} == {"torchtitan"}
+    assert sum(errors) / len(errors) <= 0.10 and max(errors) <= 0.25
