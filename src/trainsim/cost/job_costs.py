@@ -328,9 +328,7 @@ def zero3_layer_comm(job: Job, model: CostModel, place: Placement, stage_params:
         forward_depth=sh.forward_depth, backward_order=sh.backward_order, backward_depth=sh.backward_depth,
         prefetch_params=sh.prefetch_params, max_live_params=sh.max_live_params,
         reduce_bucket_params=sh.reduce_bucket_params, gather_in_backward=sh.reshard_after_forward,
-        device_sync=sh.device_sync, reduce_per_unit=sh.rank_lists,
-        # list collectives: the host dispatches one copy per rank for every collective
-        host_per_collective=sh.shards * job.framework.host_dispatch_s if sh.rank_lists else 0.0,
+        device_sync=sh.device_sync, reduce_per_unit=sh.rank_lists, host_per_collective=sh.host_per_collective,
     )
 
 
@@ -343,15 +341,12 @@ def zero3_persistent_gather(job: Job, model: CostModel, place: Placement, stage_
     sh = sharding_of(job)
     if not sh.per_microbatch_gather or sh.shards <= 1 or job.dp_engine != "deepspeed-zero":
         return 0.0
-    kept = [r - a for a, r, _ in sh.units if r - a > 0]
-    elements = sum(kept) * stage_params / max(layers, 1) * layers
-    if elements <= 0:
+    kept = [r - a for a, r, _ in sh.units if r - a > 0]  # fractions of a layer that stay gathered
+    if not kept or layers < 1:
         return 0.0
     t = model.collective(CommOp("zero3_persistent_gather", "all_gather", Group.DP_CP, "fwd",
-                                elements * sh.param_bytes), place)
-    if sh.rank_lists:
-        t = max(t, len(kept) * layers * sh.shards * job.framework.host_dispatch_s)
-    return t
+                                sum(kept) * stage_params * sh.param_bytes), place)
+    return max(t, len(kept) * layers * sh.host_per_collective)  # list APIs: copied out tensor by tensor
 
 
 def zero3_overhead(layers: int, f: float, b: float, c: Zero3Comm, slowdown: float) -> float:

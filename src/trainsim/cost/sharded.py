@@ -203,11 +203,9 @@ def run_pass(kind: str, blocks: Sequence[tuple[float, bool]], c: Zero3Comm, slow
             end = stream.issue(name, max(start + dur, at + host) - start, start)
         else:  # the copies in as the host enqueues them, then the collective
             end = stream.issue(name, dur, max(at + host, stream.free))
-        if host > 0 or (c.device_sync and gather):
-            resume = at + host
-            if resume > t:
-                stall += resume - t
-                t = resume
+        if at + host > t:  # the host returns after ``at`` (synchronised) plus its copies
+            stall += at + host - t
+            t = at + host
         return end
 
     if not by_elements and order == "pre" and n_g and depth >= 1:
@@ -236,7 +234,7 @@ def run_pass(kind: str, blocks: Sequence[tuple[float, bool]], c: Zero3Comm, slow
             return
         if c.device_sync:  # every parameter its own gather, each after the device drained
             for i in range(first, issued):
-                ready[i] = launch("zero3_param_gather", c.gather_time(params[i]), max(at, t), True)
+                ready[i] = launch("zero3_param_gather", c.gather_time(params[i]), at, True)
             return
         end = launch("zero3_param_gather", c.gather_time(numel), at, True)
         for i in range(first, issued):

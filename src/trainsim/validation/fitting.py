@@ -59,16 +59,16 @@ def _fewest_recomputed_layers(job: Job, build: Callable[[Training], Job]) -> Job
         candidate = build(job.training.replace(recompute_granularity="full", recompute_num_layers=n))
         return candidate if memory_report(candidate).fits else None
 
-    if most < 2 or fits(most - 1) is None:
-        return None
-    lo, hi = 1, most - 1  # the smallest n in [lo, hi] that fits; hi fits
-    while lo < hi:
+    best = fits(most - 1) if most >= 2 else None
+    lo, hi = 1, most - 1  # bisect for the smallest n that fits (memory falls as n grows); ``best`` fits with hi
+    while best is not None and lo < hi:
         mid = (lo + hi) // 2
-        if fits(mid) is not None:
-            hi = mid
+        found = fits(mid)
+        if found is not None:
+            best, hi = found, mid
         else:
             lo = mid + 1
-    return fits(lo)
+    return best
 
 
 def sharded_optimizer_if_needed(job: Job, build: Callable[[Training], Job]) -> tuple[Job, str | None]:

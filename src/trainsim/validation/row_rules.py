@@ -182,9 +182,10 @@ def _match(text: str, shipped: list[str], degrees: tuple[int, int, int], fp8: bo
             if alt is not None:
                 return alt, f"{found.group(0)!r} with ZeRO stage {zero}, which {name} does not offer"
             continue
-        if preset in shipped and rule.extended in shipped and lacks_parallelism(name, *degrees):
-            return rule.extended or name, f"{found.group(0)!r} with tp/pp/cp {degrees} that {name} does not offer"
-        if preset in shipped:
+        picked = _pick(rule, name, shipped, degrees)
+        if picked is not None and picked != name:
+            return picked, f"{found.group(0)!r} with tp/pp/cp {degrees} that {name} does not offer"
+        if picked is not None:
             return name, repr(found.group(0))
         if rule.otherwise is not None:
             return rule.otherwise, f"{found.group(0)!r} ({name} not shipped)"

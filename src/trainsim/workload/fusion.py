@@ -136,7 +136,12 @@ def cross_entropy_bytes(f: Fusion, e: float) -> tuple[float, float]:
     """(forward, backward) bytes per logit."""
     if f.cross_entropy:
         return e, 2 * e
-    return (e + 20, 24 + e) if f.cross_entropy_impl == "torch" else (e + 36, 12 + e)
+    return _torch_cross_entropy_bytes(e) if f.cross_entropy_impl == "torch" else (e + 36, 12 + e)
+
+
+def _torch_cross_entropy_bytes(e: float) -> tuple[float, float]:
+    """``F.cross_entropy`` on upcast logits (module docstring): forward ``e + 20``, backward ``24 + e``."""
+    return e + 20, 24 + e
 
 
 def qkv_split_grad_bytes(f: Fusion, e: float) -> float:
@@ -156,8 +161,8 @@ def bias_grad_bytes(f: Fusion, e: float) -> float:
 
 def metric_bytes(f: Fusion, e: float) -> float:
     """Bytes per logit of the training metrics' forward-only cross-entropy passes (each the unfused ``torch``
-    forward under autocast: upcast and ``log_softmax``, ``e + 20``)."""
-    return f.metric_passes * (e + 20)
+    forward under autocast: upcast and ``log_softmax``)."""
+    return f.metric_passes * _torch_cross_entropy_bytes(e)[0]
 
 
 def logits_memory_bytes(f: Fusion, e: float) -> float:

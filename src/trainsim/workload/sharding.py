@@ -101,6 +101,7 @@ class Sharding:
     device_sync: bool = False  # the host synchronizes the device before every parameter all-gather (DeepSpeed <= 0.5)
     rank_lists: bool = False  # torch.distributed list collectives: one copy per rank dispatched by the host, and
     # every gradient tensor reduce-scattered on its own (DeepSpeed <= 0.5)
+    host_per_collective: float = 0.0  # s the host spends issuing one collective (list APIs: shards x dispatch)
 
     @property
     def collectives_per_layer(self) -> int:
@@ -227,6 +228,7 @@ def sharding_of(job: Job) -> Sharding:
     backward_order = fw.backward_prefetch or "pre"
     by_elements = fw.prefetch_bucket_params is not None and engine == "deepspeed-zero"
     shards, replicas = job.dp * par.cp, 1
+    rank_lists = bool(fw.collective_rank_lists) and engine == "deepspeed-zero"
     if fw.sharding_strategy == "hybrid" and zero >= 1 and shards > 1:
         per_node = placements_of(job)[Group.DP_CP].per_node
         if not per_mb or per_node < 2:
@@ -261,7 +263,8 @@ def sharding_of(job: Job) -> Sharding:
         backward_depth=depth,
         copy_out=bool(fw.all_gather_copy_out),
         device_sync=bool(fw.gather_device_sync) and engine == "deepspeed-zero",
-        rank_lists=bool(fw.collective_rank_lists) and engine == "deepspeed-zero",
+        rank_lists=rank_lists,
+        host_per_collective=shards * fw.host_dispatch_s if rank_lists else 0.0,
         copy_in=("compute" if fw.all_gather_copy_out else
                  "stream" if engine == "deepspeed-zero" or grad_bytes != e else "none"),
     )
