@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trainsim.predictor import predict
-from trainsim.validation.h100 import h100_measurements, load_h100_runs
+from trainsim.validation.h100 import h100_measurements, load_h100_runs, load_h200_runs, run_of, system_of
 from trainsim.validation.ranking import rank_groups, spearman, top1_regret
 
 
@@ -17,6 +17,26 @@ def test_h100_rows_are_modelled_with_their_own_stacks():
     for r in runs:
         assert r.job.world_size == 1 and r.job.framework.name == r.framework
     assert all(m.source == "h100" for m in h100_measurements())
+
+
+def test_measured_rows_read_the_gpu_attention_path_and_compilation():
+    base = dict(framework="hf-transformers", name="x", L=2, h=256, heads=4, kv=4, ffn=512, V=1000, seq=256, mbs=1,
+                num_microbatches=1, swiglu=True, recompute=False, iter_s=0.1, peak_alloc_bytes=1e9)
+    plain = run_of(base)
+    assert plain.job.system.name == "dgx-h100" and plain.job.attention_path == "flash" and plain.memory_comparable
+    eager = run_of(base | dict(attn_implementation="eager", gpu="NVIDIA H200 (132 SMs, 139.8 GiB)"), "h200")
+    assert eager.job.system.name == "hgx-h200" and eager.job.attention_path == "eager" and eager.id == "h200_x"
+    assert run_of(base | dict(compile=True)).job.framework.torch_compile
+    with pytest.raises(ValueError, match="gpu"):
+        system_of({"gpu": "NVIDIA A40"})
+
+
+def test_h200_rows_are_held_out_and_predicted_on_the_h200_preset():
+    runs = load_h200_runs()
+    assert len(runs) >= 10 and all(r.job.system.name == "hgx-h200" and r.id.startswith("h200_") for r in runs)
+    assert not {r.id for r in runs} & {m.id for m in h100_measurements()}  # never in the fitted rows
+    errs = [abs(predict(r.job).iteration_time_s / r.measured_iter_s - 1) for r in runs]
+    assert sum(errs) / len(errs) <= 0.10 and max(errs) <= 0.25
 
 
 def test_h100_times_and_memory_are_within_the_issue_targets():

@@ -6,12 +6,13 @@ import pytest
 
 from trainsim.predictor import predict
 from trainsim.spec import Job, Training, load_framework, load_model, load_system
+from trainsim.spec.framework import Framework
 from trainsim.workload import fusion as fz
 from trainsim.workload.layers import layer_work, shard_of
-from trainsim.workload.memory import TIGHT_MARGIN, bytes_per_param, is_tight, memory_per_stage
+from trainsim.workload.memory import TIGHT_MARGIN, bytes_per_param, is_tight, layer_activation_bytes, memory_per_stage
 
 
-def job(framework: str, **kw):  # type: ignore[no-untyped-def]
+def job(framework: str | Framework, **kw):  # type: ignore[no-untyped-def]
     tr = {"global_batch_size": 8, "micro_batch_size": 1, "seq_length": 2048, **kw}
     return Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), training=Training(**tr), num_gpus=1,
                framework=framework)
@@ -39,7 +40,11 @@ def test_eager_softmax_saves_six_bytes_per_score_element():
     local = job("megatron-core-local")
     assert local.attention_path == "eager"
     assert fz.softmax_saved_bytes("eager", 2.0) == 6 and fz.softmax_saved_bytes("unfused", 2.0) == 2
-    assert fz.logits_memory_bytes(fz.Fusion(cross_entropy=False), 2.0) == 14
+    # the loss at its backward peak: Megatron's in-place fp32 softmax + the 16-bit logits; torch's log_softmax output,
+    # nll_loss's gradient and log_softmax's input gradient (all fp32)
+    assert fz.logits_memory_bytes(fz.Fusion(cross_entropy=False), 2.0) == 6
+    assert fz.logits_memory_bytes(fz.Fusion(cross_entropy=False, cross_entropy_impl="torch"), 2.0) == 12
+    assert fz.logits_memory_bytes(fz.Fusion(cross_entropy=True), 2.0) == 4
 
 
 def test_optimizer_step_transients_raise_the_peak_only_above_the_activations():
@@ -201,9 +206,31 @@ def test_llm_foundry_fuses_the_loss_and_updates_its_train_metrics_every_micro_ba
     lf, fsdp = job("llm-foundry"), job("fsdp")
     assert fz.fusion_of(lf).cross_entropy and not fz.fusion_of(fsdp).cross_entropy
     # the loss at its peak: 16-bit logits only (flash-attn's fused loss), not the fp32 chain of transformers' loss
-    assert fz.logits_memory_bytes(fz.fusion_of(lf), 2.0) == 4 and fz.logits_memory_bytes(fz.fusion_of(fsdp), 2.0) == 14
+    assert fz.logits_memory_bytes(fz.fusion_of(lf), 2.0) == 4 and fz.logits_memory_bytes(fz.fusion_of(fsdp), 2.0) == 12
     # Composer's LanguageCrossEntropy and LanguagePerplexity: two forward-only torch losses on the logits (2 + 20 B)
     ops = {op.name: op for op in head_work(lf.model, shard_of(lf)).fwd}
     logits = 2048 * lf.model.padded_vocab_size(1)  # one sequence per micro-batch
     assert ops["train_metrics"].bytes == pytest.approx(2 * 22 * logits)
     assert "train_metrics" not in {op.name for op in head_work(fsdp.model, shard_of(fsdp)).fwd}
+
+
+def test_eager_rmsnorm_keeps_its_fp32_input_and_the_normalised_tensor_instead_of_its_input():
+    assert fz.eager_norm_saved_bytes(fz.Fusion(norm=False), rms=True) == 4
+    assert fz.eager_norm_saved_bytes(fz.Fusion(norm=True), rms=True) == 0
+    assert fz.eager_norm_saved_bytes(fz.Fusion(norm=False), rms=False) == 0  # LayerNorm: one native kernel
+    hf = job("hf-transformers")
+    fused = job(load_framework("hf-transformers").replace(fused_norm=True))
+    m, sh = hf.model, shard_of(hf)
+    delta = layer_activation_bytes(m, sh) - layer_activation_bytes(fused.model, shard_of(fused))
+    assert delta == pytest.approx(2 * 4 * sh.micro_batch * sh.seq * m.hidden_size)
+
+
+def test_sdpa_layout_keeps_the_attention_output_twice():
+    """torch SDPA (bhsd): the kernel saves its output and o_proj keeps the contiguous transposed copy."""
+    hf = job("hf-transformers")
+    bshd = job(load_framework("hf-transformers").replace(attention_layout="bshd"))
+    assert fz.fusion_of(hf).attention_output_copy and not fz.fusion_of(bshd).attention_output_copy
+    m, sh = hf.model, shard_of(hf)
+    delta = layer_activation_bytes(m, sh) - layer_activation_bytes(bshd.model, shard_of(bshd))
+    assert delta == pytest.approx(2 * sh.micro_batch * sh.seq * m.num_attention_heads * m.head_dim)
+    assert not fz.fusion_of(job("megatron-core")).attention_output_copy

@@ -74,6 +74,7 @@ def op_time(op: ComputeOp, gpu: GPU, calib: Calibration) -> float:
         eff *= min(1.0, head_dim / 128) ** 0.3
         if op.phase == "bwd":
             eff *= ATTENTION_BWD_RATIO
+        eff *= op.efficiency
         compute_time = op.flops / (_peak(gpu, "bf16" if op.dtype == "fp8" else op.dtype) * eff)
         return max(compute_time, memory_time) + calib.kernel_overhead_s
     compute_time = op.flops / gpu.vector_flops if op.flops else 0.0

@@ -141,7 +141,7 @@ class SurfaceCostModel(AnalyticCostModel):
                                                         else op.dtype)
             scale = (self.calibration.measured_fp8_kernel_scale if op.dtype == "fp8"
                      else self.calibration.measured_kernel_scale)
-            t = op.flops / (thr / ref * peak * scale)
+            t = op.flops / (thr / ref * peak * scale * op.efficiency)
         self._hits[op] = t
         return t
 

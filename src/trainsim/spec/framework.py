@@ -58,7 +58,7 @@ OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fu
                              "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
                              "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists",
-                             "train_metric_passes"})
+                             "train_metric_passes", "compiled_causal_mask", "attention_layout"})
 
 
 class Framework(Spec, frozen=True):
@@ -281,6 +281,16 @@ class Framework(Spec, frozen=True):
              "the loss")] = Field(
         description="torch.compile fuses the elementwise chains: norms, activations, bias-dropout-add, RoPE and the "
                     "cross-entropy count as fused whatever the individual fields say")
+    attention_layout: Literal["bhsd", "bshd"] | None = Field(
+        default=None, description="the fused attention kernel's tensor layout: bhsd (torch SDPA: the model transposes "
+                                  "heads in and out, so the output projection keeps a contiguous copy beside the "
+                                  "output the kernel saved) or bshd (flash-attn's flash_attn_func, Transformer "
+                                  "Engine's sbhd: the output is viewed, not copied); None: bshd")
+    compiled_causal_mask: Literal["is_causal", "materialized"] | None = Field(
+        default=None, description="how a torch.compile'd model hands the causal mask to SDPA: is_causal (the kernel "
+                                  "skips the masked blocks) or materialized (transformers builds the boolean "
+                                  "(b, 1, s, s) mask while traced, so SDPA runs every block at the masked kernels' "
+                                  "throughput); None: is_causal")
     selective_recompute: SelectiveRecompute = Field(
         description="what --recompute-granularity selective recomputes: core_attention (Megatron, Korthikanti et "
                     "al.: QKᵀ, softmax, dropout and AV, nothing with FlashAttention) or op (torchtitan's op-level "

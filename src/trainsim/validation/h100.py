@@ -28,6 +28,9 @@ from trainsim.validation.measurements import Measurement
 
 FRAMEWORK_OF = {"megatron-core": "megatron-core-local", "hf-transformers": "hf-transformers"}
 SOURCE = "h100"
+H200_SOURCE = "h200"
+#: substrings of the measured ``gpu`` name → the system preset its job runs on
+SYSTEM_OF_GPU = (("H200", "hgx-h200"), ("H100", "dgx-h100"))
 #: Rows whose peak allocation is not their own (shared README caveat): time compared, memory not.
 SUSPECT_MEMORY = frozenset({"gpt-1.3b-mbs1"})
 
@@ -57,24 +60,52 @@ def _model(r: dict) -> Model:  # type: ignore[type-arg]
     return Model(**fields)
 
 
-def run_of(r: dict) -> H100Run:  # type: ignore[type-arg]
-    """The job of one measured line."""
-    fw = FRAMEWORK_OF[r["framework"]]
-    job = Job(model=_model(r), system=load_system("dgx-h100"), parallelism=Parallelism(),
+def system_of(r: dict) -> str:  # type: ignore[type-arg]
+    """The system preset of the GPU a line was measured on (``gpu`` field; H100 when absent)."""
+    gpu = str(r.get("gpu", "H100")).upper()
+    for key, preset in SYSTEM_OF_GPU:
+        if key in gpu:
+            return preset
+    raise ValueError(f"gpu: no system preset for {r.get('gpu')!r}; add it to SYSTEM_OF_GPU")
+
+
+def run_of(r: dict, source: str = SOURCE) -> H100Run:  # type: ignore[type-arg]
+    """The job of one measured line.
+
+    ``attn_implementation: eager`` (transformers' eager attention) is the eager fp32 softmax chain on the s² scores;
+    ``compile: true`` (``torch.compile(model)``) switches the profile's ``torch_compile`` on. Lines written by
+    ``benchmarks/h100/measure_training.py`` ran in a fresh process each, so their peak memory is their own.
+    """
+    fw = load_framework(FRAMEWORK_OF[r["framework"]])
+    if r.get("compile"):
+        fw = fw.replace(torch_compile=True)
+    attention = "eager" if r.get("attn_implementation") == "eager" else None
+    job = Job(model=_model(r), system=load_system(system_of(r)), parallelism=Parallelism(),
               training=Training(micro_batch_size=r["mbs"], global_batch_size=r["mbs"] * r["num_microbatches"],
                                 seq_length=r["seq"], recompute_granularity="full" if r["recompute"] else "none",
-                                precision="bf16"),
-              num_gpus=1, framework=load_framework(fw))
-    return H100Run(f"h100_{r['name']}", fw, job, float(r["iter_s"]), float(r["peak_alloc_bytes"]),
-                   r["name"] not in SUSPECT_MEMORY)
+                                precision="bf16", attention=attention),
+              num_gpus=1, framework=fw)
+    fresh = str(r.get("process", "")).startswith("fresh")
+    return H100Run(f"{source}_{r['name']}", fw.name, job, float(r["iter_s"]), float(r["peak_alloc_bytes"]),
+                   fresh or r["name"] not in SUSPECT_MEMORY)
+
+
+def _read(folder: str) -> list[dict]:  # type: ignore[type-arg]
+    path = resources.files("trainsim") / "data" / folder / "measured.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @cache
 def load_h100_runs() -> tuple[H100Run, ...]:
     """Every measured single-H100 step shipped with trainsim."""
-    path = resources.files("trainsim") / "data" / "gpu-h100" / "measured.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return tuple(run_of(r) for r in rows if "iter_s" in r)
+    return tuple(run_of(r) for r in _read("gpu-h100") if "iter_s" in r)
+
+
+@cache
+def load_h200_runs() -> tuple[H100Run, ...]:
+    """The same single-GPU steps measured on one H200 (``trainsim/data/gpu-h200``): never fitted on, reported as
+    held-out runs of a GPU the constants did not see."""
+    return tuple(run_of(r, H200_SOURCE) for r in _read("gpu-h200") if "iter_s" in r)
 
 
 def h100_measurements() -> tuple[Measurement, ...]:

@@ -38,7 +38,7 @@ from trainsim.spec.framework import list_frameworks
 from trainsim.spec.job import Job
 from trainsim.spec.training import Recompute
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
-from trainsim.validation.h100 import SUSPECT_MEMORY, h100_measurements, load_h100_runs
+from trainsim.validation.h100 import H100Run, h100_measurements, load_h100_runs, load_h200_runs
 from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, SkippedRow, load_measurements, load_table
 from trainsim.validation.ranking import GroupRanking, rank_groups
 from trainsim.validation.row_rules import (
@@ -113,6 +113,7 @@ class ValidationReport:
     fits: dict[str, FitResult] = field(default_factory=dict)
     skipped: list[SkippedRow] = field(default_factory=list)  # rows that could not be predicted, with the reason
     measurements_path: str | None = None  # None: the packaged published table (+ the single-H100 steps)
+    held_out_gpu: list[RowResult] = field(default_factory=list)  # single-H200 steps: predicted, never fitted
 
     def _pick(self, source: str | None, framework: str | None) -> list[RowResult]:
         return [r for r in self.rows if (source is None or r.source == source)
@@ -292,7 +293,19 @@ def run_validation(refit: bool = False, held_out: bool | None = None, progress: 
         ho = _held_out(predicted, calibs, progress)
         for res in results:
             res.held_out_s = ho.get(res.id)
-    return ValidationReport(results, calibs, fits, skipped, None if measurements is None else str(measurements))
+    h200 = [_predict_run(run, calibs) for run in load_h200_runs()] if measurements is None else []
+    return ValidationReport(results, calibs, fits, skipped, None if measurements is None else str(measurements),
+                            held_out_gpu=h200)
+
+
+def _predict_run(run: H100Run, calibs: dict[str, Calibration]) -> RowResult:
+    """A measured single-GPU step that is not fitted on, predicted with the constants of its GPU generation."""
+    gen = run.job.system.gpu.generation
+    calib = calibs.get(gen) or calibration_for(gen)
+    m = Measurement(run.id, run.id.split("_")[0], run.job, run.measured_iter_s, f"framework {run.framework}")
+    res = _predict_row(m, calib)
+    _add_baseline(res, m, run, calib)
+    return res
 
 
 def write_calibration(report: ValidationReport, path: Path) -> None:
@@ -366,10 +379,11 @@ def _intro(report: ValidationReport) -> list[str]:
         "",
         "Two kinds of measured runs, the only data the constants are fitted on: every row of",
         "`trainsim/data/published/measurements.csv` (a copy of `shared/data/published/measurements.csv`) and the",
-        "single-H100 training steps measured for this project (`trainsim/data/gpu-h100`, from",
-        "`shared/data/gpu-h100`). Each row is predicted with `trainsim.predict` under its own framework profile",
-        "(`docs/model.md` section 8): Megatron-LM 2021 for SC'21/Korthikanti, Megatron-Core for the 2024 README,",
-        "NeMo for NeMo 24.07, `megatron-core-local` and `hf-transformers` for the single-H100 steps. Hopper GEMM and",
+        "single-H100 training steps measured for this project (`trainsim/data/gpu-h100`, each in a fresh process",
+        "by `benchmarks/h100/measure_training.py`). Each row is predicted with `trainsim.predict` under its own",
+        "framework profile (`docs/model.md` section 8): Megatron-LM 2021 for SC'21/Korthikanti, Megatron-Core for",
+        "the 2024 README, NeMo for NeMo 24.07, `megatron-core-local` and `hf-transformers` for the single-H100 steps",
+        "(and the held-out single-H200 steps). Hopper GEMM and",
         "attention kernels come from the measured H100 surfaces (`trainsim.cost.kernel_surfaces`); A100 stays on",
         "the analytic roofline. *held-out* is the prediction when the row's own source is left out of the fit",
         "(constants refitted on the other sources of the same GPU generation). *Spearman* and *top-1 regret* are",
@@ -381,6 +395,24 @@ def _intro(report: ValidationReport) -> list[str]:
         "*Settings chosen for cells the sources leave empty* below, and rows it cannot predict are reported with",
         "their reason, never dropped.",
     ]
+
+
+def _single_gpu_lines(rows: Sequence[RowResult]) -> list[str]:
+    """Per-run time and memory table of measured single-GPU steps, with its mean errors."""
+    lines = ["| run | profile | measured s | predicted s | error | as megatron-core s | error | measured GB | "
+             "predicted GB | memory error | as megatron-core GB |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        mem = "—" if r.measured_memory_gb is None else f"{r.measured_memory_gb:.1f}"
+        base = r.baseline_s or math.nan
+        lines.append(
+            f"| {r.id.split('_', 1)[1]} | `{r.framework}` | {r.measured_s:.3f} | {r.predicted_s:.3f} | "
+            f"{_pct(r.error)} | {base:.3f} | {_pct(base / r.measured_s - 1)} | {mem} | {r.allocated_gb:.1f} | "
+            f"{_pct(r.memory_error)} | {(r.baseline_memory_gb or math.nan):.1f} |")
+    errs = [abs(r.error) for r in rows]
+    mems = [abs(e) for r in rows if (e := r.memory_error) is not None]
+    return [*lines, "", f"Mean absolute time error {sum(errs) / len(errs) * 100:.1f}% (max {max(errs) * 100:.1f}%); "
+            f"memory {sum(mems) / max(len(mems), 1) * 100:.1f}% (max {max(mems, default=0) * 100:.1f}%)."]
 
 
 def render_markdown(report: ValidationReport) -> str:
@@ -411,25 +443,22 @@ def render_markdown(report: ValidationReport) -> str:
             "Megatron-Core with Transformer Engine and analytic kernels (today's constants), i.e. what a model that",
             "ignores the software stack says. Memory compares the predicted peak",
             "of tensor allocations (the peak without CUDA context, NCCL buffers and allocator reserve) with",
-            "`torch.cuda.max_memory_allocated` (GB = 1e9 B); *predicted GB* in the per-row table below is the whole",
-            "peak that decides whether a plan fits. `gpt-1.3b-mbs1`'s measured peak includes leftovers of the run",
-            "before it (data README) and is not compared.",
+            "`torch.cuda.max_memory_allocated` (GB = 1e9 B), each run measured in a fresh process; *predicted GB* in",
+            "the per-row table below is the whole peak that decides whether a plan fits.",
             "",
-            "| run | profile | measured s | predicted s | error | as megatron-core s | error | measured GB | "
-            "predicted GB | memory error | as megatron-core GB |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *_single_gpu_lines(h100),
         ]
-        for r in h100:
-            mem = "—" if r.measured_memory_gb is None else f"{r.measured_memory_gb:.1f}"
-            base = r.baseline_s or math.nan
-            lines.append(
-                f"| {r.id.removeprefix('h100_')} | `{r.framework}` | {r.measured_s:.3f} | {r.predicted_s:.3f} | "
-                f"{_pct(r.error)} | {base:.3f} | {_pct(base / r.measured_s - 1)} | {mem} | {r.allocated_gb:.1f} | "
-                f"{_pct(r.memory_error)} | {(r.baseline_memory_gb or math.nan):.1f} |")
-        errs = [abs(r.error) for r in h100]
-        mems = [abs(e) for r in h100 if (e := r.memory_error) is not None]
-        lines += ["", f"Mean absolute time error {sum(errs) / len(errs) * 100:.1f}% (max {max(errs) * 100:.1f}%); "
-                  f"memory {sum(mems) / max(len(mems), 1) * 100:.1f}% (max {max(mems, default=0) * 100:.1f}%)."]
+    if report.held_out_gpu:
+        lines += [
+            "",
+            "## Single-H200 steps: held out (never fitted)",
+            "",
+            "The same configurations measured on one H200 (`trainsim/data/gpu-h200`) and predicted on the `hgx-h200`",
+            "preset with the constants above, which never saw them: the H100 kernel surface as the shape model of",
+            "another Hopper part, HBM3e bandwidth, and the memory model. Columns as for the H100.",
+            "",
+            *_single_gpu_lines(report.held_out_gpu),
+        ]
     fits = sum(1 for r in report.rows if r.fits)
     tight = [r.id for r in report.rows if r.tight]
     lines += [
@@ -511,8 +540,9 @@ def render_markdown(report: ValidationReport) -> str:
         "with 3 virtual stages\", from a secondary transcription of the paper) run the interleaved schedule.",
         "Models: GPT rows use a GELU 4h MLP with biases, dropout and learned positions; Llama rows",
         "SwiGLU/RMSNorm/rotary; Nemotron squared-ReLU, rotary, no biases, vocabulary 256000; GPT-3 rows of NeMo the",
-        "GPT-2 vocabulary (50257). Single-H100 rows: the settings of `shared/data/gpu-h100/measure_training.py`",
-        f"(`trainsim.validation.h100`); memory not compared for {', '.join(sorted(SUSPECT_MEMORY))}.",
+        "GPT-2 vocabulary (50257). Single-GPU rows: the settings of `benchmarks/h100/measure_training.py`",
+        "(`trainsim.validation.h100`): transformers' eager attention is the eager fp32 softmax chain, a compiled",
+        "model switches the profile's `torch_compile` on.",
         "",
     ]
     lines += generic_rules_lines()

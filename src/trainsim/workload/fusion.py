@@ -9,6 +9,8 @@ framework's code; a kernel reads its inputs once and writes its output once.
   the input and the gradient, write the gradient: ``3e``). Eager RMSNorm (``transformers.LlamaRMSNorm``:
   ``x.to(fp32)``, ``pow(2)``, ``mean``, ``rsqrt``, ``x * rsqrt``, ``.to(bf16)``, ``weight * x``): forward
   ``(e+4) + 8 + 4 + 8 + (4+e) + 2e = 28 + 4e``, 7 kernels; backward through the same graph ``52 + 9e``, 12 kernels.
+  It keeps its fp32 input (``4``) and the normalised 16-bit tensor the weight multiplies (``e``) instead of the
+  16-bit input (:func:`eager_norm_saved_bytes`).
   LayerNorm is always one native kernel in PyTorch, so only RMSNorm has an eager form.
 - **Bias-GELU** — fused: ``2e`` forward, ``3e`` backward; eager bias add then GELU: ``4e`` and ``4e`` (2 kernels).
 - **SwiGLU** — fused: read gate and up, write one (``3e``), backward ``5e``; eager ``silu(gate) * up``: ``5e``
@@ -26,8 +28,14 @@ framework's code; a kernel reads its inputs once and writes its output once.
   gradient's zero fill ``4``, ``log_softmax`` backward ``16`` and downcast ``4 + e`` (``24 + e``) — the
   transformers trace there (split in two kernels each past 2³¹ bytes) measures 22.5 and 23 bytes per logit.
   Fused (TE / Megatron ``--cross-entropy-loss-fusion``, torch.compile): read the logits (``e``) forward, write
-  their gradient (``2e``) backward. Memory at the loss: ``e + 12`` bytes per logit unfused (16-bit logits, the
-  fp32 copy, the fp32 softmax and its fp32 gradient: ~14 B for bf16), ``2e`` fused.
+  their gradient (``2e``) backward. Memory at the loss's peak, per logit: ``torch`` ``12`` — the saved fp32
+  ``log_softmax`` output, ``nll_loss``'s fp32 gradient and ``log_softmax``'s fp32 input gradient, live together in
+  backward (the 16-bit logits are dead by then: transformers' Trainer keeps only the loss, torchtitan deletes
+  ``pred``; the forward's ``e + 8`` is lower); ``vocab_parallel`` ``4 + e`` — Megatron turns the fp32 copy into
+  the softmax in place, saves it and writes the gradient into it, so the fp32 tensor and the 16-bit logits (or
+  their 16-bit gradient) are all it holds; fused ``2e``. Single-H100 steps measured in fresh processes
+  (``trainsim/data/gpu-h100``): a 0.6B Llama with a 152k vocabulary peaks at 57.7 GB, 12 B per logit leaves
+  the layers what they save.
 - **Bias gradients** (per output element of a linear layer with a bias) — outside Transformer Engine (whose GEMMs
   produce the bias gradient in the cuBLASLt ``BGRADB`` epilogue) and torch.compile, each bias gradient is its own
   reduction over the tokens (``grad_output.sum(0)`` in Megatron's linear layers and in autograd's
@@ -50,11 +58,21 @@ framework's code; a kernel reads its inputs once and writes its output once.
   (their measured durations equal 81.5 bytes per score element at 2.68 TB/s; this model counts 82); saves the
   fp32 probabilities and their 16-bit copy (``4 + e``: 6 B).
   Attention dropout adds ``2e + 1`` each way and a 1-byte mask plus its ``e``-byte output.
+- **Materialised causal mask** (``compiled_causal_mask: materialized``: transformers' ``_ignore_causal_mask_sdpa``
+  refuses to drop the mask while torch.compile traces, so SDPA gets a boolean ``(b, 1, s, s)`` mask instead of
+  ``is_causal``): the flash kernel cannot skip the masked blocks (full, non-causal FLOPs) and the masked kernels run
+  at :func:`masked_attention_efficiency` of the unmasked kernel's throughput (measured on one H100,
+  ``trainsim/data/gpu-h100/sdpa_mask.csv``; the compiled transformers Llama trace of the same project spends 3x the
+  eager step's time in attention).
 """
 
 from __future__ import annotations
 
+import csv
+import statistics
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from trainsim.spec.training import grad_element_bytes
@@ -80,6 +98,9 @@ class Fusion:
     grad_accumulation: bool = True  # wgrad GEMMs accumulate into main_grad (no separate add per micro-batch)
     grads_fp32: bool = True  # gradient accumulation buffer in fp32 (else the parameter dtype)
     metric_passes: int = 0  # forward-only cross-entropy passes over the logits for training metrics
+    masked_attention: bool = False  # SDPA gets an explicit causal mask tensor (no block skipping, masked kernels)
+    attention_output_copy: bool = False  # transformers layout: SDPA's saved [b, a, s, d] output and its contiguous
+    # [b, s, a·d] copy for the output projection are two tensors
 
 
 DEFAULT_FUSION = Fusion()
@@ -98,7 +119,26 @@ def fusion_of(job: Job) -> Fusion:
                   qkv_split=fw.module_layout == "megatron" and not compiled, dropout=fw.dropout,
                   grad_accumulation=fw.gradient_accumulation_fusion and (
                       grads_fp32 or not fw.gradient_accumulation_fusion_fp32_only),
-                  grads_fp32=grads_fp32, metric_passes=fw.train_metric_passes or 0)
+                  grads_fp32=grads_fp32, metric_passes=fw.train_metric_passes or 0,
+                  masked_attention=compiled and fw.compiled_causal_mask == "materialized"
+                  and job.model.causal,
+                  attention_output_copy=fw.attention_layout == "bhsd")
+
+
+#: Measured fwd+bwd SDPA times with ``is_causal``, no mask and an explicit boolean causal mask (one H100).
+SDPA_MASK_TABLE = ("data", "gpu-h100", "sdpa_mask.csv")
+
+
+@cache
+def masked_attention_efficiency() -> float:
+    """Throughput of SDPA with an explicit boolean mask relative to the unmasked (non-causal) kernel of the same
+    shape: the median over the measured shapes of ``time(no mask) / time(bool mask)`` (0.57 on the H100, six
+    shapes within 0.54-0.66)."""
+    text = resources.files("trainsim").joinpath(*SDPA_MASK_TABLE).read_text()
+    times: dict[tuple[str, ...], dict[str, float]] = {}
+    for r in csv.DictReader(text.splitlines()):
+        times.setdefault((r["b"], r["heads"], r["seq"], r["head_dim"]), {})[r["mode"]] = float(r["fwd_bwd_s"])
+    return statistics.median(t["none"] / t["bool-mask"] for t in times.values() if {"none", "bool-mask"} <= set(t))
 
 
 def norm_bytes(f: Fusion, e: float, rms: bool) -> tuple[float, float]:
@@ -167,7 +207,16 @@ def metric_bytes(f: Fusion, e: float) -> float:
 
 def logits_memory_bytes(f: Fusion, e: float) -> float:
     """Bytes per logit held at the loss's peak (see the module docstring)."""
-    return 2 * e if f.cross_entropy else e + 12
+    if f.cross_entropy:
+        return 2 * e
+    return 4 + e if f.cross_entropy_impl == "vocab_parallel" else 12.0
+
+
+def eager_norm_saved_bytes(f: Fusion, rms: bool) -> float:
+    """Bytes per element an eager RMSNorm keeps beyond a fused norm (which keeps its 16-bit input): the fp32 upcast
+    of its input (saved by ``pow`` and the normalising multiply) and the normalised 16-bit tensor (saved by the
+    weight multiply) instead of the 16-bit input: ``4``. 0 for fused norms and LayerNorm (one native kernel)."""
+    return 4.0 if rms and not f.norm else 0.0
 
 
 def softmax_bytes(path: str, e: float) -> tuple[float, float]:

@@ -156,7 +156,8 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
     keeps the router probabilities, the permuted expert inputs of the busiest rank, the expert FC1 output and FC2
     input (``moe_act`` recomputes the activation instead of keeping the FC2 input), the expert outputs for the
     routing-weight gradient, and the shared expert's tensors. Eager RMSNorm keeps its fp32 input and normalised
-    output, eager SwiGLU its SiLU output; dropout masks only where the stack runs dropout.
+    output, eager SwiGLU its SiLU output, the transformers layout the attention kernel's output beside the
+    projection's contiguous copy of it; dropout masks only where the stack runs dropout.
     """
     fusion, tp, recompute, attention = shard.fusion, shard.tp, shard.recompute, shard.attention
     recompute_modules, etp = shard.recompute_modules, shard.etp
@@ -197,8 +198,10 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
             total += scores * (fz.softmax_saved_bytes(attention, e) + (e + 1 if ad else 0))
     else:
         total += 4.0 * b * heads * s  # softmax log-sum-exp (fp32)
-    if not fusion.norm and model.normalization == "RMSNorm":  # eager RMSNorm: fp32 input and its normalised copy
-        total += 2 * (4 + 4) * sbh / rep
+        if fusion.attention_output_copy:  # the kernel's saved output beside the projection's contiguous input
+            total += e * sb * heads * vd
+    # two eager RMSNorms: each keeps its fp32 input and the normalised 16-bit tensor instead of its input
+    total += 2 * fz.eager_norm_saved_bytes(fusion, model.normalization == "RMSNorm") * sbh / rep
     # MLP block
     total += e * sbh / rep  # norm input
     mult = 2 if model.swiglu else 1

@@ -105,6 +105,7 @@ class ComputeOp:
     role: Role | None = None  # None: from the phase (forward, or input gradient for backward ops)
     grad_of: str = ""  # backward GEMMs: the forward op they differentiate
     layout: GemmLayout | None = None  # GEMMs: operand layout (None: from the role); other kinds: None
+    efficiency: float = 1.0  # throughput relative to the plain kernel of this shape (masked attention: < 1)
 
     def __post_init__(self) -> None:
         if self.role is None:
@@ -224,13 +225,15 @@ def elementwise(name: str, phase: Phase, nbytes: float, flops: float = 0.0, dtyp
 
 
 def attention(name: str, phase: Phase, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int,
-              causal: bool, dtype: str = "bf16") -> ComputeOp:
+              causal: bool, dtype: str = "bf16", efficiency: float = 1.0) -> ComputeOp:
     """Fused (Flash) attention. Forward: QKᵀ and PV, 4·b·a·s_q·s_kv·d FLOPs, halved by a causal mask.
-    Backward: five matrix products (S recomputed), 2.5× the forward."""
+    Backward: five matrix products (S recomputed), 2.5× the forward. ``efficiency``: the kernel variant's
+    throughput relative to the plain kernel of this shape (an explicit mask tensor: see
+    :func:`trainsim.workload.fusion.masked_attention_efficiency`)."""
     fwd = 4.0 * batch * heads * seq_q * seq_kv * head_dim * (0.5 if causal else 1.0)
     flops = fwd if phase == "fwd" else 2.5 * fwd
     size = DTYPE_BYTES[dtype]
     io = batch * heads * head_dim * (seq_q * 2 + seq_kv * 2) * size  # Q, O (+K, V) once; dO, dQ... similar
     nbytes = io if phase == "fwd" else 2.5 * io
     return ComputeOp(name, "attention", phase, flops, nbytes, dtype,
-                     attn=(batch, heads, seq_q, seq_kv, head_dim, causal))
+                     attn=(batch, heads, seq_q, seq_kv, head_dim, causal), efficiency=efficiency)
