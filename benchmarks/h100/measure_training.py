@@ -94,6 +94,16 @@ def optimizer_time(opt_step, torch, reps: int = 3) -> float:
     return ts[len(ts) // 2]
 
 
+def measured(step, opt, model, torch, setup: str) -> dict[str, Any]:
+    """Time ``step`` (peak memory from here on), then the optimizer step alone; the fields of one result line."""
+    torch.cuda.reset_peak_memory_stats()
+    med, lo, hi = timed(step, torch)
+    peak, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    return dict(params=sum(p.numel() for p in model.parameters()), iter_s=med, iter_min_s=lo, iter_max_s=hi,
+                optimizer_s=optimizer_time(opt.step, torch), peak_alloc_bytes=peak, peak_reserved_bytes=reserved,
+                setup=setup)
+
+
 def run_hf(c: dict[str, Any], torch) -> dict[str, Any]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -118,12 +128,8 @@ def run_hf(c: dict[str, Any], torch) -> dict[str, Any]:
             fwd(input_ids=ids, labels=ids).loss.backward()
         opt.step()
 
-    torch.cuda.reset_peak_memory_stats()
-    med, lo, hi = timed(step, torch)
-    peak, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
-    return dict(params=sum(p.numel() for p in model.parameters()), iter_s=med, iter_min_s=lo, iter_max_s=hi,
-                optimizer_s=optimizer_time(opt.step, torch), peak_alloc_bytes=peak, peak_reserved_bytes=reserved,
-                setup="LlamaForCausalLM built on the GPU in bf16, attn_implementation="
+    return measured(step, opt, model, torch,
+                    setup="LlamaForCausalLM built on the GPU in bf16, attn_implementation="
                       f"{c.get('attn', 'sdpa')!r}{', torch.compile(model)' if c.get('compile') else ''}"
                       f"{', gradient_checkpointing_enable()' if c.get('recompute') else ''}, "
                       "torch.optim.AdamW(fused=True) with bf16 states, gradient accumulation over micro-batches")
@@ -191,12 +197,8 @@ def run_megatron(c: dict[str, Any], torch) -> dict[str, Any]:
            num_microbatches=c["nmb"], seq_length=seq, micro_batch_size=mbs, forward_only=False)
         opt.step()
 
-    torch.cuda.reset_peak_memory_stats()
-    med, lo, hi = timed(step, torch)
-    peak, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
-    return dict(params=sum(p.numel() for p in model.parameters()), iter_s=med, iter_min_s=lo, iter_max_s=hi,
-                optimizer_s=optimizer_time(opt.step, torch), peak_alloc_bytes=peak, peak_reserved_bytes=reserved,
-                setup="GPTModel, get_gpt_layer_local_spec, Float16Module (bf16), DDP with fp32 grad buffer, "
+    return measured(step, opt, model, torch,
+                    setup="GPTModel, get_gpt_layer_local_spec, Float16Module (bf16), DDP with fp32 grad buffer, "
                       "get_megatron_optimizer (Adam, bf16, fp32 main params), get_forward_backward_func (no "
                       "pipelining), unfused DotProductAttention"
                       f"{', full recomputation (uniform, 1 layer)' if c.get('recompute') else ''}")
