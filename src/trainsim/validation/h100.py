@@ -25,12 +25,11 @@ from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.presets import load_system
 from trainsim.spec.training import Training
 from trainsim.validation.measurements import Measurement
+from trainsim.validation.row_rules import system_for_gpu
 
 FRAMEWORK_OF = {"megatron-core": "megatron-core-local", "hf-transformers": "hf-transformers"}
 SOURCE = "h100"
 H200_SOURCE = "h200"
-#: substrings of the measured ``gpu`` name → the system preset its job runs on
-SYSTEM_OF_GPU = (("H200", "hgx-h200"), ("H100", "dgx-h100"))
 #: Rows whose peak allocation is not their own (shared README caveat): time compared, memory not.
 SUSPECT_MEMORY = frozenset({"gpt-1.3b-mbs1"})
 
@@ -45,6 +44,11 @@ class H100Run:
     measured_iter_s: float
     peak_alloc_bytes: float
     memory_comparable: bool
+    source: str = SOURCE
+
+    def measurement(self) -> Measurement:
+        """This step as a :class:`~trainsim.validation.measurements.Measurement` row of its source."""
+        return Measurement(self.id, self.source, self.job, self.measured_iter_s, f"framework {self.framework}")
 
 
 def _model(r: dict) -> Model:  # type: ignore[type-arg]
@@ -62,11 +66,10 @@ def _model(r: dict) -> Model:  # type: ignore[type-arg]
 
 def system_of(r: dict) -> str:  # type: ignore[type-arg]
     """The system preset of the GPU a line was measured on (``gpu`` field; H100 when absent)."""
-    gpu = str(r.get("gpu", "H100")).upper()
-    for key, preset in SYSTEM_OF_GPU:
-        if key in gpu:
-            return preset
-    raise ValueError(f"gpu: no system preset for {r.get('gpu')!r}; add it to SYSTEM_OF_GPU")
+    found = system_for_gpu(str(r.get("gpu", "H100")))
+    if found is None:
+        raise ValueError(f"gpu: no system preset for {r.get('gpu')!r} (row_rules.SYSTEM_FOR_GPU_KEY)")
+    return found[0]
 
 
 def run_of(r: dict, source: str = SOURCE) -> H100Run:  # type: ignore[type-arg]
@@ -87,7 +90,7 @@ def run_of(r: dict, source: str = SOURCE) -> H100Run:  # type: ignore[type-arg]
               num_gpus=1, framework=fw)
     fresh = str(r.get("process", "")).startswith("fresh")
     return H100Run(f"{source}_{r['name']}", fw.name, job, float(r["iter_s"]), float(r["peak_alloc_bytes"]),
-                   fresh or r["name"] not in SUSPECT_MEMORY)
+                   fresh or r["name"] not in SUSPECT_MEMORY, source)
 
 
 def _read(folder: str) -> list[dict]:  # type: ignore[type-arg]
@@ -110,5 +113,4 @@ def load_h200_runs() -> tuple[H100Run, ...]:
 
 def h100_measurements() -> tuple[Measurement, ...]:
     """The single-H100 runs as :class:`~trainsim.validation.measurements.Measurement` rows (source ``h100``)."""
-    return tuple(Measurement(r.id, SOURCE, r.job, r.measured_iter_s, f"framework {r.framework}")
-                 for r in load_h100_runs())
+    return tuple(r.measurement() for r in load_h100_runs())

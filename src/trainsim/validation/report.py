@@ -302,7 +302,7 @@ def _predict_run(run: H100Run, calibs: dict[str, Calibration]) -> RowResult:
     """A measured single-GPU step that is not fitted on, predicted with the constants of its GPU generation."""
     gen = run.job.system.gpu.generation
     calib = calibs.get(gen) or calibration_for(gen)
-    m = Measurement(run.id, run.id.split("_")[0], run.job, run.measured_iter_s, f"framework {run.framework}")
+    m = run.measurement()
     res = _predict_row(m, calib)
     _add_baseline(res, m, run, calib)
     return res

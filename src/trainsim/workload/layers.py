@@ -324,12 +324,11 @@ def core_attention(shard: Shard, model: Model, b: int, heads: int, d: int, dt: s
     kernels. The one owner of these ops for the 1D layer and the 2D (SUMMA) grid."""
     if shard.attention == "flash":
         adt = shard.attention_dtype
-        if shard.fusion.masked_attention:  # an explicit causal mask tensor: every block, masked kernels
-            eff = fz.masked_attention_efficiency()
-            return ([attention("flash_attn_masked", "fwd", b, heads, seq_q, seq_kv, d, False, adt, eff)],
-                    [attention("flash_attn_masked_grad", "bwd", b, heads, seq_q, seq_kv, d, False, adt, eff)])
-        return ([attention("flash_attn", "fwd", b, heads, seq_q, seq_kv, d, model.causal, adt)],
-                [attention("flash_attn_grad", "bwd", b, heads, seq_q, seq_kv, d, model.causal, adt)])
+        masked = shard.fusion.masked_attention  # an explicit causal mask tensor: every block, masked kernels
+        name, causal = ("flash_attn_masked", False) if masked else ("flash_attn", model.causal)
+        eff = fz.masked_attention_efficiency() if masked else 1.0
+        return ([attention(name, "fwd", b, heads, seq_q, seq_kv, d, causal, adt, eff)],
+                [attention(f"{name}_grad", "bwd", b, heads, seq_q, seq_kv, d, causal, adt, eff)])
     e = shard.act_bytes
     scores = b * heads * seq_q * seq_kv
     sf, sb = fz.softmax_bytes(shard.attention, e)
