@@ -754,6 +754,33 @@ def test_deepspeed_rows_take_the_engine_of_their_year(source, notes, expected):
     assert infer_framework(None, source, notes)[0] == expected
 
 
+@pytest.mark.parametrize(("source", "expected"), [
+    ("torchtitan docs/performance.md (FSDP2 on 64 A100 80GB) 2024", "torchtitan@2024"),  # fused_rmsnorm configs
+    ("torchtitan paper ICLR 2025", "torchtitan"),
+    ("torchtitan", "torchtitan"),  # no year: the current stack
+])
+def test_torchtitan_rows_take_the_norm_of_their_year(source, expected):
+    assert infer_framework(None, source, "")[0] == expected
+
+
+def test_torchtitan_2024_runs_the_fused_rmsnorm_and_keeps_less_per_layer(tmp_path):
+    """The 2024 train configs' Triton RMSNorm keeps its bf16 input and rstd instead of the fp32 upcast and the
+    normalised tensor: a Llama 2 13B layer without checkpointing (the 64-A100 run of torchtitan's performance
+    report, no activation checkpointing, local batch 2) keeps 8 bytes per hidden element less."""
+    from trainsim.spec.framework import load_framework
+
+    assert load_framework("torchtitan@2024").fused_norm and not load_framework("torchtitan").fused_norm
+    cells = dict(source="torchtitan docs/performance.md (FSDP2 on 64 A100 80GB) 2024", model="Llama 2 13B", L=40,
+                 h=5120, heads=40, ffn=13824, vocab=32000, seq=4096, global_batch=128, micro_batch=2, tp=1, pp=1,
+                 dp=64, recompute="none", zero=3, gpu="A100-SXM4-80GB", num_gpus=64)
+    new = memory_report(one(tmp_path, **cells).job)
+    old = memory_report(one(tmp_path, **cells, framework="torchtitan").job)
+    tokens = 2 * 4096
+    saved = old.per_stage[0].activations_bytes - new.per_stage[0].activations_bytes
+    assert saved == pytest.approx(40 * tokens * 5120 * 8, rel=1e-6)
+    assert new.fits and not old.fits
+
+
 def test_a_zero_stage_the_named_stack_lacks_yields_to_the_stack_that_ran_it():
     title = "Narayanan et al. SC21 'Efficient Large-Scale LM Training on GPU Clusters Using Megatron-LM' Table 2"
     # the title names Megatron-LM (2021: no ZeRO), the notes the run's engine

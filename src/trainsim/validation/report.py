@@ -43,6 +43,7 @@ from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, Skipp
 from trainsim.validation.ranking import GroupRanking, rank_groups
 from trainsim.validation.row_rules import (
     DEEPSPEED_2021_LAST_YEAR,
+    TORCHTITAN_FUSED_NORM_LAST_YEAR,
     EQ3_FRAMEWORKS,
     FALLBACK_FRAMEWORK,
     FRAMEWORK_KEYWORDS,
@@ -617,7 +618,11 @@ def generic_rules_lines() -> list[str]:
         f"  `deepspeed-by-year`: the first year in the text, {DEEPSPEED_2021_LAST_YEAR} or earlier → `deepspeed@0.3`"
         " (ZeRO-3 before its",
         "  gathers overlapped: each parameter all-gathered on its own after a device synchronize, list collectives),",
-        "  else `deepspeed`. A year is a four-digit 20xx or a venue's two digits (`SC21`, `MLSys'23`); the source's",
+        "  else `deepspeed`.",
+        f"  `torchtitan-by-year`: the first year in the text, {TORCHTITAN_FUSED_NORM_LAST_YEAR} or earlier →"
+        " `torchtitan@2024` (the train",
+        "  configs' Triton fused RMSNorm, norm_type `fused_rmsnorm`, until August 2024), else `torchtitan`.",
+        "  A year is a four-digit 20xx or a venue's two digits (`SC21`, `MLSys'23`); the source's",
         "  comes before the notes'. A stack that does not offer the row's ZeRO stage (the `zero` cell or one written",
         "  in the notes) yields to the first stack named in the source, then the notes, that does (a source's title",
         "  may name the paper's own system while the notes describe the run's), else to its rule's alternative.",

@@ -69,7 +69,7 @@ class FrameworkRule:
 FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     FrameworkRule("Megatron-DeepSpeed", r"megatron[-_ ]?deepspeed", "megatron-deepspeed"),
     FrameworkRule("NeMo, Megatron-Bridge", r"\bnemo\b|megatron[-_ ]?bridge", "nemo"),
-    FrameworkRule("torchtitan", r"torchtitan", "torchtitan"),
+    FrameworkRule("torchtitan", r"torchtitan", "torchtitan-by-year"),
     # 'The Llama 3 Herd of Models': Meta's stack (TP, CP, PP and FSDP-style sharding); until its profile ships, the
     # Megatron-Core profile (same 4D parallelism, sharded optimizer from the zero column)
     FrameworkRule("Llama 3 paper (Herd of Models, Llama Team, Meta + Llama 3)",
@@ -97,6 +97,8 @@ _VENUE_YEAR = re.compile(r"\b(?:SC|MLSys|NeurIPS|ICML|ICLR|OSDI|SOSP|NSDI|ATC|Eu
                          r"SIGCOMM|VLDB|KDD|ACL|EMNLP)\s?['’]?(\d{2})\b")
 #: DeepSpeed releases before ZeRO-3 overlapped its gathers (PR #1453, Oct 2021, released 2022): ``deepspeed@0.3``.
 DEEPSPEED_2021_LAST_YEAR = 2021
+#: torchtitan's train configs ran the Triton fused RMSNorm until PR #535 (August 2024): ``torchtitan@2024``.
+TORCHTITAN_FUSED_NORM_LAST_YEAR = 2024
 
 
 def first_year(text: str) -> int | None:
@@ -112,6 +114,13 @@ def deepspeed_by_year(text: str) -> str:
     device synchronize, list collectives) when the first year in it is 2021 or earlier, else ``deepspeed``."""
     year = first_year(text)
     return "deepspeed@0.3" if year is not None and year <= DEEPSPEED_2021_LAST_YEAR else "deepspeed"
+
+
+def torchtitan_by_year(text: str) -> str:
+    """The torchtitan stack of a run described by ``text``: ``torchtitan@2024`` (the train configs' Triton fused
+    RMSNorm) when the first year in it is 2024 or earlier, else ``torchtitan``."""
+    year = first_year(text)
+    return "torchtitan@2024" if year is not None and year <= TORCHTITAN_FUSED_NORM_LAST_YEAR else "torchtitan"
 
 
 def megatron_by_year(text: str, fp8: bool = False) -> str:
@@ -151,6 +160,8 @@ def _resolve(rule_framework: str, text: str, fp8: bool) -> str:
         return megatron_by_year(text, fp8)
     if rule_framework == "deepspeed-by-year":
         return deepspeed_by_year(text)
+    if rule_framework == "torchtitan-by-year":
+        return torchtitan_by_year(text)
     return rule_framework
 
 
