@@ -20,7 +20,7 @@ from trainsim.validation.measurements import (
 )
 from trainsim.validation.report import render_markdown, run_validation
 from trainsim.validation.row_rules import family_of, infer_framework
-from trainsim.validation.rows import balanced_first_last
+from trainsim.validation.rows import balanced_first_last, weighted_layout
 
 SCHEMA = ["id", "source", "model", "L", "h", "heads", "kv_heads", "ffn", "vocab", "seq", "global_batch", "micro_batch",
           "tp", "pp", "vpp", "dp", "cp", "sp", "recompute", "zero", "gpu", "num_gpus", "gpus_per_node", "nic_per_node",
@@ -201,6 +201,24 @@ def test_gpt_presets_under_nemo_train_without_dropout(tmp_path):
     assert bloom.model.position_embedding_type == "alibi" and bloom.model.hidden_dropout == 0.0
 
 
+def test_an_moe_run_short_of_memory_recomputes_modules_before_layers(tmp_path):
+    """DeepSeek-V3 as Megatron-Bridge ran it on 256 GB200s (PP 8 with 4 virtual stages, EP 32, MXFP8): without
+    recomputation it would not fit; Megatron-Core's fine-grained recomputation of the MLA up-projections suffices,
+    so no layer is recomputed whole."""
+    m = one(tmp_path, source="Megatron-Bridge performance summary 25.11 (2025)", model="DeepSeek-V3", L=61, h=7168,
+            heads=128, ffn=18432, vocab=129280, seq=4096, global_batch=4096, micro_batch=1, tp=1, pp=8, vpp=4,
+            gpu="GB200", num_gpus=256, precision="fp8 (FP8-MX)", notes="EP32")
+    tr = m.job.training
+    assert tr.recompute_modules == ("mla_up_proj",) and tr.recompute_granularity == "none"
+    assert any(a.startswith("recompute modules mla_up_proj (unstated") for a in m.assumptions)
+    assert memory_report(m.job).fits
+    assert not memory_report(m.job.replace(training=tr.replace(recompute_modules=()))).fits
+    # a dense model has no such modules: Megatron's block recomputation, as before
+    dense = one(tmp_path, source="Megatron-Core 2024", model="GPT 6.7B", L=32, h=4096, heads=32, seq=4096,
+                global_batch=256, tp=2, zero="none", micro_batch=4)
+    assert dense.job.training.recompute_modules == () and dense.job.training.recompute_granularity == "full"
+
+
 def test_unstated_recompute_is_the_lightest_that_fits(tmp_path):
     cells = {"source": "Megatron-Core 2024", "model": "GPT 6.7B", "L": 32, "h": 4096, "heads": 32, "seq": 4096,
              "global_batch": 256, "tp": 2, "zero": "none"}  # stated: no distributed optimizer to turn on first
@@ -324,12 +342,19 @@ def test_first_last_stage_layers_from_the_notes_or_balanced_or_reported(tmp_path
     m = one(tmp_path, L=61, pp=16, num_gpus=16, global_batch=32)
     assert m.job.layers_per_stage == (3, *[4] * 14, 2)
     assert any(a.startswith("first/last stage layers 3/2 (unstated") for a in m.assumptions)
-    table = load_table(write(tmp_path, [row("odd_1", L=61, pp=16, vpp=2, num_gpus=16, global_batch=32)]))
-    assert not table.rows and table.skipped[0].reason.startswith("L:")  # no split with every rank a multiple of 2
-    # two pipeline ranks have no middle stage: a split is found or the row is reported, never a search without end
+    # two pipeline ranks have no middle stage: a split is found or none, never a search without end
     assert balanced_first_last(61, 2, 4) is None and balanced_first_last(61, 2, 1) == (31, 30, 31)
-    table = load_table(write(tmp_path, [row("odd_2", L=61, pp=2, vpp=4, num_gpus=16, global_batch=32)]))
-    assert not table.rows and table.skipped[0].reason.startswith("L:")
+    # interleaved, no first/last split whose counts are multiples of vpp: a layout weighing the embedding and the
+    # loss as one layer each, as even as that allows (DeepSeek-V3's 61 layers over 2 ranks of 4 chunks: 63 units)
+    assert weighted_layout(61, 2, 4) == "E" + "t" * 6 + "|" + "|".join(["t" * 8] * 6) + "|" + "t" * 7 + "L"
+    m = one(tmp_path, L=61, pp=2, vpp=4, num_gpus=16, global_batch=32)
+    assert m.job.virtual_stage_layers == (6, *[8] * 6, 7)
+    assert any(a.startswith("pipeline layout Etttttt|") and "unstated" in a for a in m.assumptions)
+    m = one(tmp_path, L=61, pp=16, vpp=2, num_gpus=16, global_batch=32)  # 32 chunks: the first holds the embedding
+    assert m.job.virtual_stage_layers == (0, *[2] * 30, 1)
+    assert weighted_layout(61, 4, 1) is None and weighted_layout(3, 4, 2) is None  # not interleaved; too few layers
+    table = load_table(write(tmp_path, [row("odd_1", L=5, pp=4, vpp=2, num_gpus=8, global_batch=32)]))
+    assert not table.rows and table.skipped[0].reason.startswith("L:")  # 7 units over 8 chunks: reported
 
 
 # ---- engines ------------------------------------------------------------------------------------------------------

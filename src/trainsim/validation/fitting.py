@@ -35,6 +35,10 @@ def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job
         candidate = build(job.training.replace(recompute_granularity="selective"))
         if memory_report(candidate).fits:
             return candidate, "recompute selective (unstated; without it the run would not fit in memory)"
+    modules = _recompute_modules_that_fit(job, build)
+    if modules is not None:
+        return modules, (f"recompute modules {','.join(modules.training.recompute_modules)} (unstated; the "
+                         "lightest Megatron-Core fine-grained recomputation with which the run fits in memory)")
     partial = _fewest_recomputed_layers(job, build)
     if partial is not None:
         return partial, (f"recompute full of {partial.training.recompute_num_layers} layers per model chunk "
@@ -43,6 +47,27 @@ def recompute_that_fits(job: Job, build: Callable[[Training], Job]) -> tuple[Job
     if memory_report(candidate).fits:
         return candidate, "recompute full (unstated; without it the run would not fit in memory)"
     return job, None
+
+
+def _recompute_modules_that_fit(job: Job, build: Callable[[Training], Job]) -> Job | None:
+    """Megatron-Core's fine-grained recomputation (``--recompute-granularity selective --recompute-modules``) of
+    the modules trainsim models, cheapest first: the expert activation (``moe_act``, elementwise), the MLA
+    up-projections (``mla_up_proj``, GEMMs), both; for mixture-of-experts or MLA models under a stack running
+    Megatron's layers and checkpointing (its pipeline engine), whose MoE recipes use these before recomputing whole
+    layers (Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes). ``None`` when none of them fits."""
+    from trainsim.predictor import memory_report
+
+    m = job.model
+    if job.framework.pipeline_engine != "megatron" or not (m.is_moe or m.multi_latent_attention):
+        return None
+    options = [("moe_act",)] if m.is_moe else []
+    if m.multi_latent_attention:
+        options += [("mla_up_proj",)] + ([("mla_up_proj", "moe_act")] if m.is_moe else [])
+    for modules in options:
+        candidate = build(job.training.replace(recompute_modules=modules))
+        if memory_report(candidate).fits:
+            return candidate
+    return None
 
 
 def _fewest_recomputed_layers(job: Job, build: Callable[[Training], Job]) -> Job | None:

@@ -43,11 +43,11 @@ from trainsim.validation.measurements import SOURCE_DEFAULTS, Measurement, Skipp
 from trainsim.validation.ranking import GroupRanking, rank_groups
 from trainsim.validation.row_rules import (
     DEEPSPEED_2021_LAST_YEAR,
-    TORCHTITAN_FUSED_NORM_LAST_YEAR,
     EQ3_FRAMEWORKS,
     FALLBACK_FRAMEWORK,
     FRAMEWORK_KEYWORDS,
     SYSTEM_FOR_GPU_KEY,
+    TORCHTITAN_FUSED_NORM_LAST_YEAR,
     notes_flag_names,
 )
 from trainsim.validation.rows import FRAMEWORK_ROW_DEFAULTS, ROW_DEFAULTS
@@ -655,8 +655,9 @@ def generic_rules_lines() -> list[str]:
         "  memory becomes the distributed optimizer (ZeRO-1, no compute cost) where the engine offers it; then an",
         "  unstated recompute becomes the lightest one that fits (selective where attention keeps the s² scores or",
         "  the stack's selective checkpointing is op-level, torchtitan's default; then, on stacks running Megatron's",
-        "  checkpointing, full recomputation of the fewest layers per model chunk that fits (`--recompute-method",
-        "  block --recompute-num-layers N`); then full). An unstated expert",
+        "  checkpointing, for mixture-of-experts or MLA models Megatron-Core's fine-grained `--recompute-modules`,",
+        "  cheapest first: `moe_act`, `mla_up_proj`, both; then full recomputation of the fewest layers per model",
+        "  chunk that fits (`--recompute-method block --recompute-num-layers N`); then full). An unstated expert",
         "  parallelism (no `ep` column, no `--expert-model-parallel-size` or `EP<n>` in the notes) is 1 unless a",
         "  mixture-of-experts run would not fit: then the smallest power of two dividing the experts that fits,",
         "  without recomputation if it can.",
@@ -692,8 +693,10 @@ def generic_rules_lines() -> list[str]:
         "  output as layers); else (Megatron's even split), when L + 2 divides, the embedding and the loss count as",
         "  one layer each (Megatron-Core's `account_for_embedding/loss_in_pipeline_split`: NeMo's 405B recipe); else",
         "  the middle stages take the fewest layers that leave the first and last stages no more, the rest split",
-        "  between those two (61 over 16: 4 each, 3 and 2; every count a multiple of vpp), reported with the row;",
-        "  else not predicted.",
+        "  between those two (61 over 16: 4 each, 3 and 2; every count a multiple of vpp); else, interleaved, a",
+        "  `--pipeline-model-parallel-layout` weighing the embedding and the loss as one layer each, the L + 2 spread",
+        "  as evenly as they go, the extra ones after the first virtual stage (DeepSeek-V3's 61 layers over 2 ranks",
+        "  of 4 chunks: 6, 8 × 6, 7); each reported with the row; else not predicted.",
         "- **Measured time**: `measured_iter_s`; else tokens/s per GPU; else TFLOP/s per GPU with the source's",
         "  formula: SC'21 Eq. 3 with the recompute factor (4 with recomputation, else 3) for `sc21` rows and the",
         f"  stacks whose throughput calculators report it ({', '.join(f'`{f}`' for f in sorted(EQ3_FRAMEWORKS))}),",

@@ -362,6 +362,11 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str,
         return ({"first_stage_layers": first, "last_stage_layers": last},
                 [f"first/last stage layers {first}/{last} (unstated; {layers} layers do not divide over pp·vpp = "
                  f"{stages}: the middle stages hold {each} each, the first and last the rest)"])
+    layout = weighted_layout(layers, pp, vpp)
+    if layout is not None:
+        return ({"pipeline_layout": layout},
+                [f"pipeline layout {layout} (unstated; {layers} layers do not divide over pp·vpp = {stages}: the "
+                 "embedding and the loss weigh one layer each, the virtual stages as even as that allows)"])
     raise RowError(f"L: {layers} layers do not divide over pp·vpp = {stages}, nor with the embedding and loss "
                    f"counted as layers ({layers + 2}); state the first/last stage layers (notes or "
                    "first_stage_layers/last_stage_layers columns)")
@@ -375,6 +380,27 @@ def _own_split(layers: int, pp: int, vpp: int, framework: Framework) -> bool:
     except TrainsimError:
         return False
     return True
+
+
+def weighted_layout(layers: int, pp: int, vpp: int) -> str | None:
+    """A ``--pipeline-model-parallel-layout`` for interleaved runs whose layers neither divide over ``pp·vpp`` nor
+    split into first/last stage counts that are multiples of ``vpp`` (DeepSeek-V3's 61 layers over 8, 16 or 32
+    virtual stages in Megatron-Bridge's recipes, which state a layout): the embedding and the loss weigh one layer
+    each, as Megatron-Core's ``account_for_embedding/loss_in_pipeline_split`` count them, and the ``layers + 2``
+    units spread as evenly as possible over the virtual stages, the extra ones on the stages after the first.
+    ``None`` without interleaving (:func:`balanced_first_last` places those) or when a stage would hold nothing
+    but the embedding and the loss."""
+    stages = pp * vpp
+    if vpp < 2 or stages < 2:
+        return None
+    base, extra = divmod(layers + 2, stages)
+    units = [base + (1 if 0 < i <= extra else 0) for i in range(stages)]
+    counts = [u - (i == 0) - (i == stages - 1) for i, u in enumerate(units)]
+    if min(counts) < 0 or sum(counts) != layers:
+        return None
+    chunks = ["t" * n for n in counts]
+    chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
+    return "|".join(chunks)
 
 
 def balanced_first_last(layers: int, pp: int, vpp: int) -> tuple[int, int, int] | None:
