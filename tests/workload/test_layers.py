@@ -71,3 +71,21 @@ def test_fp8_linears_quantize_their_output_gradients_in_backward():
     out = (m.num_attention_heads + 2 * m.query_groups) * d + h + 2 * m.ffn_size + h
     assert sum(op.bytes for op in casts) == 4096 * out * recipe_cost("delayed").cast_bytes
     assert not [op for op in layer_work(m, bf16, False).bwd if op.name == "fp8_grad_cast"]
+
+
+def test_deepspeed_pipeline_sends_the_whole_replicated_tensor_from_every_tp_rank():
+    """Megatron's engines send 1/tp of the replicated hidden states (scatter/gather); DeepSpeed's pipe engine sends
+    every TP rank's whole copy; a sequence-parallel tensor is split already."""
+    from trainsim.spec import Job, Parallelism, Training, load_system
+    from trainsim.workload.layers import shard_of
+
+    def p2p(framework: str, sp: bool = False) -> float:
+        job = Job(model=load_model("gpt3-175b"), system=load_system("dgx-a100"), num_gpus=64, framework=framework,
+                  parallelism=Parallelism(tp=8, pp=8, sequence_parallel=sp),
+                  training=Training(global_batch_size=64, seq_length=2048))
+        return shard_of(job).p2p_bytes(job.model.hidden_size)
+
+    tokens_h_bytes = 2048 * 12288 * 2
+    assert p2p("megatron-core") == tokens_h_bytes / 8
+    assert p2p("megatron-deepspeed") == tokens_h_bytes
+    assert p2p("megatron-core", sp=True) == p2p("megatron-deepspeed", sp=True) == tokens_h_bytes / 8

@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
 
+#: Pipeline engines whose stage-to-stage transfer sends each TP rank's whole (replicated) hidden states: DeepSpeed's
+#: ``deepspeed/runtime/pipe/engine.py`` ``_exec_send_activations`` / ``_exec_send_grads`` pass the stage's output
+#: tensors to ``p2p.send`` as they are, rank to rank, while Megatron's ``p2p_communication.py`` sends 1/tp of them and
+#: all-gathers on the receiver (``--scatter-gather-tensors-in-pipeline``, default since SC'21, Sec. 4.1).
+WHOLE_TENSOR_P2P_ENGINES = frozenset({"deepspeed"})
+
 #: A linear layer's forward, data-gradient and weight-gradient GEMMs.
 Linear = tuple[ComputeOp, ComputeOp, ComputeOp]
 
@@ -68,6 +74,7 @@ class Shard:
     async_tp: bool = True  # backward TP collectives of column-parallel linears under the wgrad/dgrad GEMMs
     selective: SelectiveRecompute = "core_attention"  # what "selective" recomputes: Megatron's core attention or
     # torchtitan's op-level checkpointing ("op")
+    p2p_split: bool = True  # a pipeline transfer carries this TP rank's share only (WHOLE_TENSOR_P2P_ENGINES: not)
 
     def op_sac(self, model: Model, moe: bool) -> bool:
         """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
@@ -117,8 +124,11 @@ class Shard:
 
     def p2p_bytes(self, hidden_size: int) -> float:
         """Bytes of one pipeline transfer (activation or its gradient) of this micro-batch: ``tokens·h/tp``
-        elements per GPU (each TP rank sends its share)."""
-        return self.tokens * hidden_size * self.act_bytes / self.tp
+        elements per GPU where each TP rank sends its share (Megatron's scatter/gather of the replicated hidden
+        states, or a sequence-parallel tensor, already split); the whole ``tokens·h`` from every TP rank under an
+        engine that sends the replicated tensor as it is (:data:`WHOLE_TENSOR_P2P_ENGINES`)."""
+        split = self.tp if self.p2p_split or (self.sequence_parallel and self.tp > 1) else 1
+        return self.tokens * hidden_size * self.act_bytes / split
 
     @property
     def act_dtype(self) -> str:
@@ -175,6 +185,7 @@ def shard_of(job: Job) -> Shard:
         cp_comm=job.framework.cp_comm_type or "p2p",
         async_tp=job.framework.async_tp_grad_reduce,
         selective=job.framework.selective_recompute,
+        p2p_split=job.framework.pipeline_engine not in WHOLE_TENSOR_P2P_ENGINES,
     )
 
 
