@@ -109,18 +109,21 @@ def first_year(text: str) -> int | None:
     return min(hits)[1] if hits else None
 
 
-def deepspeed_by_year(text: str) -> str:
-    """The DeepSpeed stack of a run described by ``text``: ``deepspeed@0.3`` (per-parameter ZeRO-3 gathers after a
-    device synchronize, list collectives) when the first year in it is 2021 or earlier, else ``deepspeed``."""
-    year = first_year(text)
-    return "deepspeed@0.3" if year is not None and year <= DEEPSPEED_2021_LAST_YEAR else "deepspeed"
+#: Stacks resolved by the year of a row alone: rule name -> (last year of the older stack, older stack, current).
+DATED_STACKS: dict[str, tuple[int, str, str]] = {
+    "deepspeed-by-year": (DEEPSPEED_2021_LAST_YEAR, "deepspeed@0.3", "deepspeed"),
+    "torchtitan-by-year": (TORCHTITAN_FUSED_NORM_LAST_YEAR, "torchtitan@2024", "torchtitan"),
+}
 
 
-def torchtitan_by_year(text: str) -> str:
-    """The torchtitan stack of a run described by ``text``: ``torchtitan@2024`` (the train configs' Triton fused
-    RMSNorm) when the first year in it is 2024 or earlier, else ``torchtitan``."""
+def stack_by_year(rule_framework: str, text: str) -> str:
+    """The stack of a :data:`DATED_STACKS` rule for a run described by ``text``: the older one (``deepspeed@0.3``:
+    per-parameter ZeRO-3 gathers after a device synchronize, list collectives; ``torchtitan@2024``: the train
+    configs' Triton fused RMSNorm) when the first year in it is that rule's last year or earlier, else the current
+    one (also without a year)."""
+    last, older, current = DATED_STACKS[rule_framework]
     year = first_year(text)
-    return "torchtitan@2024" if year is not None and year <= TORCHTITAN_FUSED_NORM_LAST_YEAR else "torchtitan"
+    return older if year is not None and year <= last else current
 
 
 def megatron_by_year(text: str, fp8: bool = False) -> str:
@@ -158,10 +161,8 @@ def _resolve(rule_framework: str, text: str, fp8: bool) -> str:
     """A rule's stack, the by-year ones resolved from the first year in ``text``."""
     if rule_framework == "megatron-by-year":
         return megatron_by_year(text, fp8)
-    if rule_framework == "deepspeed-by-year":
-        return deepspeed_by_year(text)
-    if rule_framework == "torchtitan-by-year":
-        return torchtitan_by_year(text)
+    if rule_framework in DATED_STACKS:
+        return stack_by_year(rule_framework, text)
     return rule_framework
 
 

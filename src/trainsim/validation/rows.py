@@ -390,13 +390,12 @@ def weighted_layout(layers: int, pp: int, vpp: int) -> str | None:
     units spread as evenly as possible over the virtual stages, the extra ones on the stages after the first.
     ``None`` without interleaving (:func:`balanced_first_last` places those) or when a stage would hold nothing
     but the embedding and the loss."""
-    stages = pp * vpp
-    if vpp < 2 or stages < 2:
+    if vpp < 2:
         return None
+    stages = pp * vpp
     base, extra = divmod(layers + 2, stages)
-    units = [base + (1 if 0 < i <= extra else 0) for i in range(stages)]
-    counts = [u - (i == 0) - (i == stages - 1) for i, u in enumerate(units)]
-    if min(counts) < 0 or sum(counts) != layers:
+    counts = [base + (0 < i <= extra) - (i == 0) - (i == stages - 1) for i in range(stages)]
+    if min(counts) < 0:
         return None
     chunks = ["t" * n for n in counts]
     chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
