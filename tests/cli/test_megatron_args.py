@@ -33,7 +33,7 @@ def test_launch_script_sets_the_job(capsys):
     assert d["training"]["tokens"] == 1000 * 128 * 8192  # --train-iters × gbs × seq
     meg = d["megatron_args"]
     assert "--lr" in meg["ignored"] and "--data-path" in meg["ignored"] and "--save" in meg["ignored"]
-    assert meg["unrecognised"] == ["--moe-token-dispatcher-type"]
+    assert meg["unrecognised"] == []  # --moe-token-dispatcher-type alltoall: what is modelled
 
 
 def test_flags_given_to_trainsim_override_the_script(capsys):
@@ -191,3 +191,75 @@ def test_recompute_modules_take_every_value_as_megatron_does(tmp_path, capsys):
     path.write_text("--recompute-modules core_attn layernorm --micro-batch-size 1\n")
     d = _predict([*BASE, "--megatron-args", str(path)], capsys)
     assert d["job"]["recompute_granularity"] == "selective"
+
+
+def test_megatron_value_spellings_and_layer_patterns():
+    """Values Megatron accepts: ``--attention-backend auto`` (the profile's default), Megatron-DeepSpeed's lower-case
+    norms, GQA by ``--num-key-value-heads``, RoPE by ``--use-rotary-position-embeddings``, and Megatron-Core's
+    ``--moe-layer-freq`` list expressions."""
+    a = parse_megatron_args(["--attention-backend", "auto", "--normalization", "rmsnorm", "--num-key-value-heads", "4",
+                             "--use-rotary-position-embeddings", "--moe-layer-freq", "([0]+[1]*15)",
+                             "--num-layers", "16"])
+    assert "attention_backend" not in a.options and any("auto" in n for n in a.notes)
+    assert a.options["normalization"] == "RMSNorm" and a.options["num_query_groups"] == 4
+    assert a.options["position_embedding_type"] == "rope"
+    assert (a.options["moe_first_k_dense"], a.options["moe_layer_freq"], a.options["moe_layer_offset"]) == (1, 1, 0)
+    assert a.unrecognised == []
+    with pytest.raises(TrainsimError, match="one entry per layer"):
+        parse_megatron_args(["--moe-layer-freq", "[1]*4", "--num-layers", "8"])
+    with pytest.raises(TrainsimError, match="moe-layer-freq"):
+        parse_megatron_args(["--moe-layer-freq", "[1,1,0,1]"])
+
+
+def test_megatron_deepspeed_moe_defaults_and_partition_method():
+    """DeepSpeed-MoE in Megatron-DeepSpeed: top-1, every second layer, capacity factor 1.0 unless stated; BLOOM's
+    ``type:transformer|embedding`` weighs the embedding and output layers as one layer each."""
+    a = parse_megatron_args(["--deepspeed", "--num-experts", "16", "--moe-expert-parallel-size", "8",
+                             "--pp-partition-method", "type:transformer|embedding"])
+    o = a.options
+    assert (o["moe_router_topk"], o["moe_layer_freq"], o["moe_expert_capacity_factor"], o["ep"]) == (1, 2, 1.0, 8)
+    assert o["account_for_embedding_in_pipeline_split"] and o["account_for_loss_in_pipeline_split"]
+    dropless = parse_megatron_args(["--deepspeed", "--num-experts", "16", "--disable-moe-token-dropping", "--topk",
+                                    "2"]).options
+    assert "moe_expert_capacity_factor" not in dropless and dropless["moe_router_topk"] == 2
+
+
+def test_full_launch_scripts_precision_and_entry_points(tmp_path, capsys):
+    """A launch script without --bf16/--fp16 trains in fp32 (Megatron's default, noted); pretrain_bert.py is a
+    bidirectional encoder; pretrain_t5.py is refused with one line."""
+    args = "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --micro-batch-size 1 " \
+           "--global-batch-size 8"
+    gpt = tmp_path / "gpt.sh"
+    gpt.write_text(f"torchrun --nproc_per_node 8 pretrain_gpt.py {args} --vocab-size 1000\n")
+    d = _predict(["predict", "--megatron-args", str(gpt), "--json"], capsys)
+    assert d["job"]["precision"] == "fp32" and any("fp32" in n for n in d["megatron_args"]["notes"])
+    assert _predict(["predict", "--megatron-args", str(gpt), "--bf16", "--json"], capsys)["job"]["precision"] == "bf16"
+    bert = tmp_path / "bert.sh"
+    bert.write_text(f"torchrun --nproc_per_node 8 pretrain_bert.py {args} --bf16 --vocab-file v.txt\n")
+    d = _predict(["predict", "--megatron-args", str(bert), "--json"], capsys)
+    assert d["job"]["model"]["causal"] is False and d["job"]["model"]["vocab_size"] == 30522
+    t5 = tmp_path / "t5.sh"
+    t5.write_text(f"torchrun --nproc_per_node 8 pretrain_t5.py {args}\n")
+    code, _, err = run(["predict", "--megatron-args", str(t5)], capsys)
+    check_one_line_error(code, err, "megatron_args", "pretrain_t5.py")
+
+
+def test_script_written_deepspeed_config_and_bf16_optimizer(tmp_path, capsys):
+    """A Megatron-DeepSpeed script that writes its ds_config with a here-document is read with it; bf16 at ZeRO
+    stage 0 runs DeepSpeed's BF16_Optimizer, whose master weights and moments are partitioned over data parallel."""
+    script = tmp_path / "bloom.sh"
+    script.write_text(
+        "#SBATCH --nodes=2\nZ=0\ncfg=./ds.json\ncat <<EOT > $cfg\n"
+        '{"train_micro_batch_size_per_gpu": 1, "train_batch_size": 64, "zero_optimization": {"stage": $Z}, '
+        '"bf16": {"enabled": true}}\nEOT\n'
+        "python -m torch.distributed.run --nproc_per_node 8 --nnodes $SLURM_NNODES pretrain_gpt.py "
+        "--num-layers 8 --hidden-size 4096 --num-attention-heads 32 --seq-length 1024 --vocab-size 32000 "
+        "--tensor-model-parallel-size 2 --deepspeed --deepspeed_config $cfg --zero-stage $Z --bf16\n")
+    d = _predict(["predict", "--megatron-args", str(script), "--json"], capsys)
+    j = d["job"]
+    assert (j["num_gpus"], j["micro_batch_size"], j["global_batch_size"], j["zero_stage"]) == (16, 1, 64, 0)
+    assert j["framework"]["name"] == "megatron-deepspeed"
+    assert "writes it to ./ds.json" in json.dumps(d)
+    fp16 = _predict(["predict", "--megatron-args", str(script), "--fp16", "--json"], capsys)
+    # 1.6B parameters over tp 2: fp16's optimizer keeps 12 bytes per parameter whole, bf16's an eighth (dp 8)
+    assert fp16["memory"]["peak_bytes"] - d["memory"]["peak_bytes"] > 0.8e9 * 12 * 7 / 8 * 0.9

@@ -127,6 +127,18 @@ def read_deepspeed_config(path: str) -> DeepSpeedConfig:
     return parse_deepspeed_config(data)
 
 
+def parse_deepspeed_text(name: str, text: str) -> DeepSpeedConfig:
+    """A DeepSpeed configuration a launch script writes itself (a here-document), read like a file."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TrainsimError(FIELD, f"the configuration the script writes to {name} is not valid JSON ({exc.msg} at "
+                            f"line {exc.lineno})", "give the configuration with --deepspeed-config FILE") from None
+    cfg = parse_deepspeed_config(data)
+    cfg.notes.insert(0, f"read from the launch script, which writes it to {name}")
+    return cfg
+
+
 def merge_deepspeed_into_options(given: dict[str, Any], cfg: DeepSpeedConfig) -> dict[str, Any]:
     """Job options with the configuration's values where the flags (and a Megatron script) left them unset; the
     global batch from micro-batch × accumulation steps × data-parallel size when ``train_batch_size`` is absent."""

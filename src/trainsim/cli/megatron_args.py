@@ -9,23 +9,21 @@ declared on a field is understood here too: ``--disable-bias-linear``, ``--hidde
 :data:`IGNORED_FLAGS`, :data:`IGNORED_PREFIXES`) are ignored with one note; flags trainsim does not know are listed
 in a second note so nothing is dropped silently.
 
-:func:`read_launch_script` reads a launch script: line continuations, comments, ``VAR=value`` / ``export VAR=...``
-/ ``VAR=( ... )`` assignments and their ``$VAR``, ``${VAR}``, ``${VAR[@]}``, ``${VAR:-default}`` and ``$((...))``
-expansions, and the ``torchrun ... pretrain_gpt.py ARGS`` (or ``python -m torch.distributed.run``, ``deepspeed``,
-``srun python``) line, whose ``--nproc-per-node`` × ``--nnodes`` gives the GPU count.
+:func:`read_launch_script` reads a launch script as bash would (:mod:`trainsim.cli.shell_script`: variables, arrays,
+defaults, conditionals, here-documents) and returns the arguments of its ``torchrun ... pretrain_gpt.py ARGS`` line
+(or ``python -m torch.distributed.run``, ``deepspeed``, ``srun python``), whose launcher gives the GPU count.
 """
 
 from __future__ import annotations
 
 import ast
-import operator
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainsim.cli.shell_script import read_script
 from trainsim.errors import TrainsimError
 from trainsim.spec.pipeline_split import vpp_from_layers_per_chunk
 
@@ -41,6 +39,7 @@ class MegatronArgs:
     recompute_method: str | None = None
     train_iters: int | None = None
     train_samples: int | None = None
+    deepspeed_config: str | None = None  # --deepspeed_config FILE (Megatron-DeepSpeed)
     ignored: list[str] = field(default_factory=list)  # known not to affect performance
     unrecognised: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -152,10 +151,12 @@ def _note(text: str) -> Handler:
 
 #: Vocabulary of a tokenizer when the command line gives no --vocab-size (Megatron reads it from the tokenizer):
 #: GPT2BPETokenizer is the GPT-2 BPE (gpt2-vocab.json, 50,257 tokens; pretrain_gpt.py's default tokenizer type when
-#: --vocab-file/--merge-file are given), Llama2Tokenizer the Llama 2 SentencePiece model (32,000); a Hugging Face
+#: --vocab-file/--merge-file are given), Llama2Tokenizer the Llama 2 SentencePiece model (32,000),
+#: BertWordPieceLowerCase / BertWordPieceCase BERT's uncased / cased WordPiece vocabularies (30,522 / 28,996); a HF
 #: --tokenizer-model is matched by name (Llama 3: 128,256 as its config.json; Llama 2: 32,000; GPT-2: 50,257).
 TOKENIZER_VOCAB: tuple[tuple[str, int], ...] = (
     (r"^gpt2bpetokenizer$", 50257), (r"^llama2tokenizer$", 32000),
+    (r"^bertwordpiecelowercase$", 30522), (r"^bertwordpiececase$", 28996),
     (r"llama[-_ ]?3", 128256), (r"llama[-_ ]?2", 32000), (r"(^|/)gpt2$", 50257),
 )
 
@@ -171,6 +172,29 @@ def _tokenizer(key: str) -> Handler:
     def h(a: MegatronArgs, v: str | None) -> None:
         a.training[key] = v if v is not None else True
     return h
+
+
+def _kv_heads(a: MegatronArgs, v: str | None) -> None:
+    a.options["num_query_groups"] = _int_value("--num-key-value-heads", v)
+    a.training["_gqa"] = True  # Megatron-DeepSpeed: grouped-query attention whenever fewer key/value heads
+
+
+def _pp_partition(a: MegatronArgs, v: str | None) -> None:
+    """Megatron-DeepSpeed's ``--pp-partition-method``: ``type:transformer|embedding`` (BLOOM) weighs the embedding
+    and the tied output layer as one transformer layer each, like Megatron-Core's account-for-embedding/loss split;
+    the other methods (``type:transformer``, ``parameters``) are the profile's split."""
+    method = str(v).strip("'\"").replace(" ", "")
+    if method in ("type:transformer|embedding", "type:embedding|transformer"):
+        a.options["account_for_embedding_in_pipeline_split"] = True
+        a.options["account_for_loss_in_pipeline_split"] = True
+    elif method not in ("type:transformer", "parameters", "uniform"):
+        a.notes.append(f"--pp-partition-method {method}: the profile's layer split is modelled")
+
+
+def _dispatcher(a: MegatronArgs, v: str | None) -> None:
+    if v not in ("alltoall", "flex", "alltoall_seq"):
+        a.notes.append(f"--moe-token-dispatcher-type {v}: tokens are modelled moving by all-to-all over the "
+                       "expert-parallel group")
 
 
 #: Megatron flags beyond the job options (spellings with a rule of their own: the job options themselves come from
@@ -199,22 +223,104 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     # Megatron-DeepSpeed (BLOOM, MT-NLG): --deepspeed runs the DeepSpeed engine (its pipeline engine, ZeRO from
     # --zero-stage); --deepspeed_config and the activation-checkpointing switches belong to it
     "--deepspeed": (False, lambda a, v: a.options.__setitem__("framework", "megatron-deepspeed")),
-    "--deepspeed_config": (True, lambda a, v: None),
-    "--deepspeed-config": (True, lambda a, v: None),
+    "--deepspeed_config": (True, lambda a, v: setattr(a, "deepspeed_config", v)),
+    "--deepspeed-config": (True, lambda a, v: setattr(a, "deepspeed_config", v)),
     "--deepspeed-activation-checkpointing": (False, lambda a, v: None),
     # Megatron-DeepSpeed (BLOOM): the padded vocabulary, stated
     "--pad-vocab-size-to": (True, _set_int("vocab_size", "--pad-vocab-size-to")),
+    # Megatron-DeepSpeed spellings (examples_deepspeed/): GQA by key/value heads, RoPE by a switch, DeepSpeed-MoE
+    "--num-key-value-heads": (True, _kv_heads),
+    "--use-rotary-position-embeddings": (False, lambda a, v: a.options.__setitem__("position_embedding_type", "rope")),
+    "--no-position-embedding": (False, lambda a, v: a.training.__setitem__("_no_position_embedding", True)),
+    "--topk": (True, _set_int("moe_router_topk", "--topk")),
+    "--expert-interval": (True, _set_int("moe_layer_freq", "--expert-interval")),
+    "--moe-expert-parallel-size": (True, _set_int("ep", "--moe-expert-parallel-size")),
+    "--moe-train-capacity-factor": (True, lambda a, v: a.options.__setitem__(
+        "moe_expert_capacity_factor", _float_value("--moe-train-capacity-factor", v))),
+    "--disable-moe-token-dropping": (False, lambda a, v: a.training.__setitem__("_no_token_dropping", True)),
+    "--moe-token-dispatcher-type": (True, _dispatcher),
+    "--pp-partition-method": (True, _pp_partition),
     "--tokenizer-type": (True, _tokenizer("_tokenizer_type")),
     "--tokenizer-model": (True, _tokenizer("_tokenizer_model")),
     "--merge-file": (True, _tokenizer("_merge_file")),
 }
+
+#: Values Megatron accepts that trainsim spells otherwise: flag → {value (lower case): trainsim's value, or None for
+#: "the profile's default" (named in a note)}.
+VALUE_ALIASES: dict[str, dict[str, str | None]] = {
+    "--attention-backend": {"auto": None},  # Transformer Engine picks its fused / flash kernel
+    "--normalization": {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"},  # Megatron-DeepSpeed spells them so
+    "--position-embedding-type": {"learned": "learned_absolute"},
+}
+
+
+def _moe_layer_freq(a: MegatronArgs, v: str | None) -> None:
+    """``--moe-layer-freq N`` or Megatron-Core's pattern ``([0]*K+[1]*N)`` (a Python list expression of 0/1 per
+    layer): mapped onto first-k-dense, frequency and offset when the pattern has that form."""
+    text = str(v)
+    try:
+        a.options["moe_layer_freq"] = int(text)
+        return
+    except ValueError:
+        pass
+    pattern = layer_pattern(text)
+    if pattern is None:
+        raise TrainsimError("--moe-layer-freq", f"expects an integer or a list such as ([0]*3+[1]*29) (got {v!r})",
+                            _undefined_hint(v))
+    fit = pattern_as_frequency(pattern)
+    if fit is None:
+        raise TrainsimError("--moe-layer-freq", f"the pattern {text} is not 'the first K dense, then every N-th "
+                            "layer'", "give --moe-layer-freq N --moe-first-k-dense K for the closest pattern")
+    first_k, freq, offset = fit
+    a.options.update(moe_layer_freq=freq, moe_first_k_dense=first_k, moe_layer_offset=offset)
+    a.training["_moe_pattern_layers"] = len(pattern)
+
+
+def layer_pattern(text: str) -> list[int] | None:
+    """The 0/1 list of a Megatron layer-pattern expression (``[1]*4``, ``([0]+[1]*15)``, ``[0,1,1]``)."""
+    def ev(node: ast.AST) -> list[int] | int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.List):
+            items = [x for x in (ev(e) for e in node.elts) if isinstance(x, int) and x in (0, 1)]
+            if len(items) != len(node.elts):
+                raise ValueError(text)
+            return items
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int):
+                return left * right
+            if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list):
+                return right * left
+        raise ValueError(text)
+
+    try:
+        out = ev(ast.parse(text.strip(), mode="eval"))
+    except (ValueError, SyntaxError, RecursionError):
+        return None
+    return out if isinstance(out, list) and out else None
+
+
+def pattern_as_frequency(pattern: list[int]) -> tuple[int, int, int] | None:
+    """(first k dense, frequency, offset) such that layer i is MoE iff i >= k and i % frequency == offset."""
+    first_k = next((k for k, x in enumerate(pattern) if x), len(pattern))
+    for freq in range(1, len(pattern) + 1):
+        offset = first_k % freq
+        if all(bool(x) == (i >= first_k and i % freq == offset) for i, x in enumerate(pattern)):
+            return first_k, freq, offset
+    return None
+
 
 #: Flags known not to change time, memory or cost (their value, if any, is skipped).
 IGNORED_FLAGS = frozenset({
     "--weight-decay", "--clip-grad", "--split", "--vocab-file", "--mock-data", "--distributed-backend",
     "--distributed-timeout-minutes", "--dataloader-type", "--num-workers", "--use-mcore-models",
     "--rotary-base", "--rotary-percent", "--rotary-seq-len-interpolation-factor", "--rope-scaling-factor",
-    "--use-rope-scaling", "--use-rotary-position-embeddings", "--norm-epsilon", "--apply-query-key-layer-scaling",
+    "--use-rope-scaling", "--norm-epsilon", "--apply-query-key-layer-scaling",
     "--attention-softmax-in-fp32", "--hysteresis", "--initial-loss-scale", "--min-loss-scale",
     "--finetune", "--use-checkpoint-args", "--override-opt_param-scheduler", "--manual-gc", "--manual-gc-interval",
     "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-pre-softmax", "--timing-log-level",
@@ -223,8 +329,16 @@ IGNORED_FLAGS = frozenset({
     "--profile-ranks", "--async-save", "--no-save-optim", "--no-save-rng", "--exit-signal-handler",
     "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval", "--swiglu-fusion",
     "--num-dataset-builder-threads", "--object-storage-cache-path", "--legacy-tokenizer",
+    "--apply-layernorm-1p", "--calculate-per-token-loss", "--decoupled-lr", "--decoupled-min-lr",
+    "--no-mmap-bin-files", "--tiktoken-pattern", "--empty-unused-memory-level", "--embed-layernorm",
+    "--sync-tp-duplicated-parameters", "--abort-on-unmet-fused-kernel-constraints", "--kill-switch-path",
+    "--moe-eval-capacity-factor", "--moe-min-capacity", "--create-moe-param-group", "--moe-loss-coeff",
+    "--optimizer", "--use-flash-attn-v2", "--no-query-key-layer-scaling", "--attention-dropout-in-fp32",
+    "--no-pipeline-parallel", "--moe-router-score-function", "--moe-router-topk-scaling-factor",
+    "--moe-token-drop-policy", "--mscale", "--mscale-all-dim", "--no-persist-layer-norm", "--rotary-scaling-factor",
 })
 IGNORED_PREFIXES = ("--lr", "--log-", "--log", "--wandb-", "--tensorboard", "--eval-", "--save", "--load",
+                    "--train-weighted-split", "--valid-weighted-split", "--test-weighted-split",
                     "--data-", "--tokenizer-", "--adam-", "--sgd-", "--init-method", "--ckpt-", "--exit-",
                     "--no-load-", "--loss-scale", "--valid-", "--test-", "--train-data", "--seed", "--dist-ckpt",
                     "--pretrained-", "--use-dist-ckpt", "--retro-", "--bert-", "--t5-", "--vision-", "--ict-",
@@ -287,6 +401,9 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if flag == "--recompute-modules":  # nargs='*' in Megatron: every value up to the next flag
             _recompute_modules(out, [inline] if inline is not None else rest(inline))
             continue
+        if flag == "--moe-layer-freq":
+            _moe_layer_freq(out, value(True, flag, inline))
+            continue
         opt = job_flags.get(flag)
         if opt is not None:
             if opt.section == "job" and opt.name in ("model", "system"):
@@ -297,6 +414,12 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
                 out.options[opt.name] = True
                 continue
             v = value(True, flag, inline)
+            aliases = VALUE_ALIASES.get(flag, {})
+            if v is not None and v.lower() in aliases:
+                if aliases[v.lower()] is None:
+                    out.notes.append(f"{flag} {v}: the profile's default")
+                    continue
+                v = aliases[v.lower()]
             if opt.kind is int:
                 out.options[opt.name] = _int_value(flag, v)
             elif opt.kind is float:
@@ -328,6 +451,23 @@ def _resolve(a: MegatronArgs) -> None:
         a.options.pop("num_query_groups")
     if a.options.get("fp8") and a.options.get("bf16"):
         a.options["bf16"] = False
+    if a.training.pop("_no_position_embedding", False) and "position_embedding_type" not in a.options:
+        a.options["position_embedding_type"] = "none"
+    no_drop = a.training.pop("_no_token_dropping", False)
+    if no_drop:
+        a.options.pop("moe_expert_capacity_factor", None)
+    if a.options.get("framework") == "megatron-deepspeed" and int(a.options.get("num_experts") or 1) > 1:
+        # DeepSpeed-MoE's defaults in Megatron-DeepSpeed's arguments.py: --topk 1, --expert-interval 2,
+        # --moe-train-capacity-factor 1.0 (tokens beyond capacity dropped)
+        a.options.setdefault("moe_router_topk", 1)
+        a.options.setdefault("moe_layer_freq", 2)
+        if not no_drop:
+            a.options.setdefault("moe_expert_capacity_factor", 1.0)
+    pattern_layers = a.training.pop("_moe_pattern_layers", None)
+    layers = a.options.get("num_layers")
+    if pattern_layers is not None and layers is not None and pattern_layers != layers:
+        raise TrainsimError("--moe-layer-freq", f"the pattern has {pattern_layers} entries for {layers} layers",
+                            "give one entry per layer")
     kind = a.training.pop("_tokenizer_type", None)
     name = a.training.pop("_tokenizer_model", None)
     merges = a.training.pop("_merge_file", None)
@@ -388,160 +528,42 @@ def apply_to_job(job: Any, a: MegatronArgs) -> Any:
     return job.replace(model=model, training=training, parallelism=par)
 
 
+#: Megatron entry points that train something else than a decoder-only language model: (what, modelled as) — None:
+#: refused.
+ENTRY_POINTS: dict[str, str | None] = {
+    "pretrain_bert.py": "BERT, modelled as a bidirectional encoder with its masked-LM head as the output layer",
+    "pretrain_t5.py": None, "pretrain_retro.py": None, "pretrain_mamba.py": None, "pretrain_ict.py": None,
+    "pretrain_vlm.py": "a vision-language model: the language model alone is modelled (no vision encoder)",
+    "pretrain_vision_classify.py": None, "pretrain_vision_dino.py": None, "pretrain_vision_inpaint.py": None,
+}
+PRECISION_OPTIONS = ("fp16", "bf16", "fp8", "fp32")
+
+
+def apply_entry_point(a: MegatronArgs, entry: str | None) -> None:
+    """What a launch script's entry point and its full command line imply: the model kind of ``pretrain_bert.py``
+    (other non-GPT entry points are refused), and fp32 training when no precision flag is given (Megatron's
+    default; Megatron-DeepSpeed takes it from the DeepSpeed config)."""
+    if entry is None:
+        return
+    if entry in ENTRY_POINTS:
+        what = ENTRY_POINTS[entry]
+        if what is None:
+            raise TrainsimError("megatron_args", f"{entry} trains a model trainsim does not model (encoder-decoder, "
+                                "retrieval, state-space or vision)", "predict a decoder-only language model")
+        a.notes.append(f"{entry}: {what}")
+        if entry == "pretrain_bert.py":
+            a.options["bidirectional"] = True
+            if "vocab_size" not in a.options:  # pretrain_bert.py's args_defaults: BertWordPieceLowerCase
+                a.options["vocab_size"] = 30522
+                a.notes.append("vocab size 30522 from pretrain_bert.py's default tokenizer (BertWordPieceLowerCase)")
+    if not any(a.options.get(k) for k in PRECISION_OPTIONS) and a.options.get("framework") != "megatron-deepspeed":
+        a.options["fp32"] = True
+        a.notes.append("no --bf16, --fp16 or --fp8-format: Megatron trains in fp32 (modelled with TF32 GEMMs)")
+
+
 # ---- launch scripts ---------------------------------------------------------------------------------------------
-_ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-_ARITH = re.compile(r"\$\(\((.*?)\)\)")
-_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "python", "python3",
-              "srun", "mpirun")
-_ENTRY = re.compile(r"(pretrain_\w+\.py|train\w*\.py|megatron\S*\.py)$")
-
-_OPS: dict[type, Callable[[int, int], int]] = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-                                               ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv,
-                                               ast.Mod: operator.mod}
-
-
-def _arith(expr: str, env: dict[str, str]) -> str:
-    """Integer shell arithmetic: + - * / % and parentheses over numbers and variables."""
-    text = re.sub(r"\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), expr)
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise ValueError(expr)
-
-    try:
-        return str(ev(ast.parse(text.strip(), mode="eval")))
-    except (ValueError, SyntaxError, ZeroDivisionError):
-        return f"$(({expr}))"  # left as is: an error names it if a modelled flag needs it
-
-
-def _expand(text: str, env: dict[str, str]) -> str:
-    text = _ARITH.sub(lambda m: _arith(m.group(1), env), text)
-
-    def var(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(4)
-        if name in env:
-            return env[name]
-        if m.group(3) is not None:
-            return m.group(3)
-        return m.group(0)
-
-    return _VAR.sub(var, text)
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Lines with backslash continuations joined and multi-line ``VAR=( ... )`` arrays folded into one."""
-    text = re.sub(r"\\\r?\n", " ", text)
-    out: list[str] = []
-    pending: list[str] = []
-    depth = 0
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not pending and (not stripped or stripped.startswith("#")):
-            continue
-        if pending:
-            pending.append(re.sub(r"\s#.*$", "", stripped))
-            depth += stripped.count("(") - stripped.count(")")
-            if depth <= 0:
-                out.append(" ".join(pending))
-                pending, depth = [], 0
-            continue
-        m = _ASSIGN.match(stripped)
-        if m and m.group(2).startswith("(") and m.group(2).count("(") > m.group(2).count(")"):
-            pending, depth = [stripped], m.group(2).count("(") - m.group(2).count(")")
-            continue
-        out.append(stripped)
-    if pending:
-        out.append(" ".join(pending))
-    return out
-
-
-def _split(text: str, origin: str) -> list[str]:
-    try:
-        return shlex.split(text, comments=True)
-    except ValueError as exc:
-        raise TrainsimError("megatron_args", f"cannot parse {origin} ({exc})", "check the quoting") from None
-
-
 def read_launch_script(path: str | Path) -> tuple[list[str], int | None]:
     """The Megatron arguments of a launch script (or a file of bare arguments) and the GPU count it launches
-    (``--nproc-per-node`` × ``--nnodes`` of torchrun, when both are known)."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise TrainsimError("megatron_args", f"file not found: {p}", "give the launch script's path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrainsimError("megatron_args", f"cannot read {p} ({exc})", "give a text file") from None
-    env: dict[str, str] = {}
-    command: list[str] | None = None
-    loose: list[str] = []
-    for line in _logical_lines(text):
-        m = _ASSIGN.match(line)
-        if m and not line.startswith("-"):
-            value = m.group(2).strip()
-            if value.startswith("(") and value.endswith(")"):
-                value = value[1:-1]
-            words = _split(_expand(value, env), str(p))
-            env[m.group(1)] = " ".join(shlex.quote(w) for w in words) if value != m.group(2).strip() or \
-                len(words) != 1 else words[0]
-            continue
-        tokens = _inline_commands(_split(_expand(line, env), str(p)), str(p))
-        if not tokens:
-            continue
-        entry = next((k for k, t in enumerate(tokens) if _ENTRY.search(t)), None)
-        if entry is not None:
-            command = tokens
-            launcher_args, args = tokens[:entry], tokens[entry + 1:]
-            return _words(args), _gpus(launcher_args)
-        if tokens[0].startswith("--"):
-            loose += tokens
-    if command is None and loose:
-        return _words(loose), None
-    raise TrainsimError("megatron_args", f"no Megatron command line found in {p}",
-                        "the script needs a 'torchrun ... pretrain_gpt.py ARGS' line, or give a file of arguments")
-
-
-def _inline_commands(tokens: list[str], origin: str) -> list[str]:
-    """Tokens with a quoted command line opened up: ``srun ... sh -c "python pretrain_gpt.py ARGS"`` (NVIDIA's
-    ``examples/pretrain_gpt3_175B.sh`` builds ``run_cmd`` and runs it so), ``bash -c '...'``, ``eval "$CMD"``."""
-    out: list[str] = []
-    for t in tokens:
-        if any(c.isspace() for c in t) and any(_ENTRY.search(w) for w in t.split()):
-            out += _split(t, origin)
-        else:
-            out.append(t)
-    return out
-
-
-def _words(tokens: list[str]) -> list[str]:
-    """Split tokens that still hold several flags (a quoted ``"$ARGS"``), as Megatron's argparse would see them."""
-    out: list[str] = []
-    for t in tokens:
-        if t in ("$@", "$*", '"$@"'):  # the script's own arguments: none when it is read here
-            continue
-        out += t.split() if t.startswith("--") and any(c.isspace() for c in t) else [t]
-    return out
-
-
-def _gpus(launcher: list[str]) -> int | None:
-    values: dict[str, str] = {}
-    for k, t in enumerate(launcher):
-        for name in ("--nproc_per_node", "--nproc-per-node", "--nnodes", "--num_gpus", "--num_nodes"):
-            if t == name and k + 1 < len(launcher):
-                values[name.replace("-", "_")] = launcher[k + 1]
-            elif t.startswith(name + "="):
-                values[name.replace("-", "_")] = t.split("=", 1)[1]
-    per_node = values.get("__nproc_per_node") or values.get("__num_gpus")
-    nodes = values.get("__nnodes") or values.get("__num_nodes") or "1"
-    try:
-        return int(per_node) * int(nodes.split(":")[-1]) if per_node else None
-    except ValueError:
-        return None
+    (:func:`trainsim.cli.shell_script.read_script`, which also returns the script's notes and written files)."""
+    cmd = read_script(path)
+    return cmd.args, cmd.gpus

@@ -146,16 +146,27 @@ def predict_command(
     megatron = None
     inline = ctx.meta.get(MEGATRON_META) or []
     if megatron_args is not None or inline:
-        from trainsim.cli.megatron_args import merge_into_options, parse_megatron_args, read_launch_script
+        from trainsim.cli.megatron_args import apply_entry_point, merge_into_options, parse_megatron_args
+        from trainsim.cli.shell_script import LaunchCommand, read_script
 
-        tokens, gpus = read_launch_script(megatron_args) if megatron_args is not None else ([], None)
-        megatron = parse_megatron_args([*tokens, *inline])
-        job_options = merge_into_options(job_options, megatron, gpus)
+        script = read_script(megatron_args) if megatron_args is not None else LaunchCommand([], None)
+        megatron = parse_megatron_args([*script.args, *inline])
+        apply_entry_point(megatron, script.entry)
+        megatron.notes[:0] = script.notes
+        if script.gpus is None and job_options.get("num_gpus") is not None:
+            megatron.notes = [n for n in megatron.notes if "number of GPUs" not in n and "hostfile" not in n]
+        job_options = merge_into_options(job_options, megatron, script.gpus)
     ds_config = None
-    if deepspeed_config is not None:
-        from trainsim.cli.deepspeed_config import merge_deepspeed_into_options, read_deepspeed_config
+    written = script_ds_config(megatron, script) if megatron is not None and deepspeed_config is None else None
+    if deepspeed_config is not None or written is not None:
+        from trainsim.cli.deepspeed_config import (
+            merge_deepspeed_into_options,
+            parse_deepspeed_text,
+            read_deepspeed_config,
+        )
 
-        ds_config = read_deepspeed_config(deepspeed_config)
+        ds_config = read_deepspeed_config(deepspeed_config) if deepspeed_config is not None else \
+            parse_deepspeed_text(*written)  # type: ignore[misc]
         if megatron is not None and job_options.get("framework") is None:
             job_options = {**job_options, "framework": "megatron-deepspeed"}  # a Megatron script with a DS config
         job_options = merge_deepspeed_into_options(job_options, ds_config)
@@ -300,3 +311,12 @@ def _load_calibration(path: str, job: Any) -> Any:
     if not isinstance(data, dict):
         raise TrainsimError("calibration", f"{path} is not a mapping", "map constant names to values")
     return calibration_from_mapping(data, calibration_for(job.system.gpu.generation))
+
+
+def script_ds_config(megatron: Any, script: Any) -> tuple[str, str] | None:
+    """``(name, text)`` of the DeepSpeed config a launch script writes itself (``cat <<EOT > $config_json``) and
+    passes with ``--deepspeed_config``, when it does."""
+    name = megatron.deepspeed_config
+    if name is None or name not in script.files:
+        return None
+    return name, script.files[name]

@@ -466,7 +466,7 @@ def stage_costs(job: Job, model: CostModel | None = None) -> list[StageCost]:
             v_h = job.model.padded_vocab_size(par.tp) * job.model.hidden_size / par.tp
             emb_sync = model.collective(CommOp("embedding_sync", "all_reduce", Group.EMBEDDING, "bwd",
                                                v_h * grad_bytes_pp, Overlap.DP_WINDOW), places[Group.EMBEDDING])
-        local = dense / shards + expert / job.expert_dp if sh.zero_stage >= 1 else params
+        local = dense / shards + expert / job.expert_dp if sh.memory_stage >= 1 else params
         # CPU offloading: the GPU steps its share while the host steps the offloaded one (trainsim.cost.offload)
         opt = max(model.optimizer_step(local * (1.0 - job.training.offloaded_fraction)),
                   host_step_time(job, local)) + zero3_persistent_gather(job, model, dp_place, params, layers)

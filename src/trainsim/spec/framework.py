@@ -58,7 +58,8 @@ OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fu
                              "param_persistence_threshold",
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
                              "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists",
-                             "train_metric_passes", "compiled_causal_mask", "attention_layout"})
+                             "train_metric_passes", "compiled_causal_mask", "attention_layout",
+                             "bf16_optimizer_partitions"})
 
 
 class Framework(Spec, frozen=True):
@@ -238,6 +239,11 @@ class Framework(Spec, frozen=True):
                                   "which PyTorch's ProcessGroupNCCL flattens with one copy per rank, so the host "
                                   "dispatches world-size copies (host_dispatch_s each) per collective (DeepSpeed <= "
                                   "0.5, 2021); None: False (flat buffers, coalesced)")
+    bf16_optimizer_partitions: bool | None = Field(
+        default=None, description="bf16 training at ZeRO stage 0 runs an optimizer that partitions the fp32 master "
+                                  "weights and Adam moments over the data-parallel ranks and all-gathers the updated "
+                                  "16-bit weights after its step, gradients all-reduced whole (DeepSpeed's "
+                                  "BF16_Optimizer, ZeRO-1's footprint); None: False")
     max_zero_stage: int = Field(ge=0, le=3, description="highest ZeRO/sharding stage the engine offers")
     max_zero_stage_with_pp: int = Field(ge=0, le=3, description="highest stage accepted together with pipelining")
     # ---- parallelism the stack offers ----------------------------------------------------------------------------

@@ -102,6 +102,7 @@ class Sharding:
     rank_lists: bool = False  # torch.distributed list collectives: one copy per rank dispatched by the host, and
     # every gradient tensor reduce-scattered on its own (DeepSpeed <= 0.5)
     host_per_collective: float = 0.0  # s the host spends issuing one collective (list APIs: shards x dispatch)
+    partitioned_optimizer: bool = False  # stage 0 with master weights and moments partitioned (BF16_Optimizer)
 
     @property
     def collectives_per_layer(self) -> int:
@@ -121,7 +122,8 @@ class Sharding:
     @property
     def gather_per_step(self) -> bool:
         """Parameters all-gathered once per step (distributed optimizer, or FSDP-style sharding with pipelining)."""
-        return self.shards > 1 and self.zero_stage >= 1 and not self.per_microbatch_gather
+        return self.shards > 1 and (self.zero_stage >= 1 or self.partitioned_optimizer) and \
+            not self.per_microbatch_gather
 
     @property
     def reduce_per_step(self) -> bool:
@@ -141,7 +143,7 @@ class Sharding:
         (Llama 3's FSDP "shards optimizer states and gradients"), ZeRO-2's."""
         if self.zero_stage >= 3 and not self.per_microbatch_gather:
             return 2 if self.grads_sharded_with_pp else 1
-        return self.zero_stage
+        return max(self.zero_stage, 1 if self.partitioned_optimizer else 0)
 
 
 #: Sub-modules with parameters of a dense transformer layer, forward order, as ``(name, weight, small tensors)``:
@@ -265,6 +267,7 @@ def sharding_of(job: Job) -> Sharding:
         device_sync=bool(fw.gather_device_sync) and engine == "deepspeed-zero",
         rank_lists=rank_lists,
         host_per_collective=shards * fw.host_dispatch_s if rank_lists else 0.0,
+        partitioned_optimizer=zero == 0 and tr.precision == "bf16" and bool(fw.bf16_optimizer_partitions),
         copy_in=("compute" if fw.all_gather_copy_out else
                  "stream" if engine == "deepspeed-zero" or grad_bytes != e else "none"),
     )
