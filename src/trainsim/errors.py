@@ -7,6 +7,7 @@ and exits with code 2; the Python API lets it propagate (it is a ``ValueError``)
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 
 class TrainsimError(ValueError):
@@ -29,3 +30,13 @@ class TrainsimWarning(UserWarning):
 def warn(field: str, message: str) -> None:
     """Emit a :class:`TrainsimWarning` naming the field."""
     warnings.warn(f"{field}: {message}", TrainsimWarning, stacklevel=3)
+
+
+def read_text(path: Path, field: str, missing_fix: str, unreadable_fix: str = "check the file") -> str:
+    """The text of a user's input file; a missing or unreadable file is a :class:`TrainsimError` on ``field``."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise TrainsimError(field, f"file not found: {path}", missing_fix) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainsimError(field, f"cannot read {path} ({exc})", unreadable_fix) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from cli_helpers import check_one_line_error, run
@@ -57,10 +59,13 @@ def test_bad_output_path_is_one_line_error_before_computing(case, bad, tmp_path,
     def boom(*a, **k):  # the computation must not start
         raise AssertionError("computed before checking the output path")
 
-    for target in ("trainsim.predictor.predict", "trainsim.search.search", "trainsim.whatif.WhatIf",
-                   "trainsim.validation.report.run_validation", "trainsim.profile.runner.profile_job",
-                   "trainsim.io.nccl_tests.read_nccl_tests", "trainsim.profile.fit_comm.fit_comm",
-                   "trainsim.cost.tables.merge_tables"):
+    targets = ("trainsim.predictor.predict", "trainsim.search.search", "trainsim.whatif.WhatIf",
+               "trainsim.validation.report.run_validation", "trainsim.profile.runner.profile_job",
+               "trainsim.io.nccl_tests.read_nccl_tests", "trainsim.profile.fit_comm.fit_comm",
+               "trainsim.cost.tables.merge_tables")
+    for target in targets:  # imported before any patch, so no module binds a patched function at import
+        importlib.import_module(target.rsplit(".", 1)[0])
+    for target in targets:
         monkeypatch.setattr(target, boom)
     before = sorted(p.name for p in tmp_path.rglob("*"))
     code, _, err = run([*args, flag, str(path)], capsys)

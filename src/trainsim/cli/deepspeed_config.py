@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.cli.job_options import fill_unset
-from trainsim.errors import TrainsimError
+from trainsim.errors import TrainsimError, read_text
 
 FIELD = "deepspeed_config"
 #: Top-level keys read (the rest are listed as ignored).
@@ -115,12 +115,9 @@ def parse_deepspeed_config(data: Any) -> DeepSpeedConfig:
 def read_deepspeed_config(path: str) -> DeepSpeedConfig:
     """Read and parse a DeepSpeed configuration file; one-line errors for a missing or malformed file."""
     p = Path(path)
+    text = read_text(p, FIELD, "give the path of the ds_config.json", "give a JSON text file")
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise TrainsimError(FIELD, f"file not found: {p}", "give the path of the ds_config.json") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrainsimError(FIELD, f"cannot read {p} ({exc})", "give a JSON text file") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TrainsimError(FIELD, f"{p} is not valid JSON ({exc.msg} at line {exc.lineno})",
                             "fix the JSON") from None

@@ -257,12 +257,10 @@ VALUE_ALIASES: dict[str, dict[str, str | None]] = {
 def _moe_layer_freq(a: MegatronArgs, v: str | None) -> None:
     """``--moe-layer-freq N`` or Megatron-Core's pattern ``([0]*K+[1]*N)`` (a Python list expression of 0/1 per
     layer): mapped onto first-k-dense, frequency and offset when the pattern has that form."""
-    text = str(v)
-    try:
+    text = str(v).strip()
+    if text.isdigit():
         a.options["moe_layer_freq"] = int(text)
         return
-    except ValueError:
-        pass
     pattern = layer_pattern(text)
     if pattern is None:
         raise TrainsimError("--moe-layer-freq", f"expects an integer or a list such as ([0]*3+[1]*29) (got {v!r})",

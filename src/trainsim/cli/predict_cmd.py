@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from trainsim.cli import app
 from trainsim.cli.job_options import JobCommand, job_from_options, with_job_options
+
+if TYPE_CHECKING:
+    from trainsim.cli.megatron_args import MegatronArgs
+    from trainsim.cli.shell_script import LaunchCommand
 
 #: Value of ``--memory-timeline`` given without a file.
 NO_FILE = "-"
@@ -147,26 +151,24 @@ def predict_command(
     inline = ctx.meta.get(MEGATRON_META) or []
     if megatron_args is not None or inline:
         from trainsim.cli.megatron_args import apply_entry_point, merge_into_options, parse_megatron_args
-        from trainsim.cli.shell_script import LaunchCommand, read_script
+        from trainsim.cli.shell_script import LaunchCommand, gpu_note, read_script
 
         script = read_script(megatron_args) if megatron_args is not None else LaunchCommand([], None)
         megatron = parse_megatron_args([*script.args, *inline])
         apply_entry_point(megatron, script.entry)
         megatron.notes[:0] = script.notes
-        if script.gpus is None and job_options.get("num_gpus") is not None:
-            megatron.notes = [n for n in megatron.notes if "number of GPUs" not in n and "hostfile" not in n]
+        if script.entry is not None and script.gpus is None and job_options.get("num_gpus") is not None:
+            # the GPU count given to trainsim answers the note
+            megatron.notes.remove(gpu_note(script.launcher))
         job_options = merge_into_options(job_options, megatron, script.gpus)
-    ds_config = None
-    written = script_ds_config(megatron, script) if megatron is not None and deepspeed_config is None else None
-    if deepspeed_config is not None or written is not None:
-        from trainsim.cli.deepspeed_config import (
-            merge_deepspeed_into_options,
-            parse_deepspeed_text,
-            read_deepspeed_config,
-        )
+    from trainsim.cli.deepspeed_config import merge_deepspeed_into_options, parse_deepspeed_text, read_deepspeed_config
 
-        ds_config = read_deepspeed_config(deepspeed_config) if deepspeed_config is not None else \
-            parse_deepspeed_text(*written)  # type: ignore[misc]
+    ds_config = None
+    if deepspeed_config is not None:
+        ds_config = read_deepspeed_config(deepspeed_config)
+    elif megatron is not None and (written := script_ds_config(megatron, script)) is not None:
+        ds_config = parse_deepspeed_text(*written)
+    if ds_config is not None:
         if megatron is not None and job_options.get("framework") is None:
             job_options = {**job_options, "framework": "megatron-deepspeed"}  # a Megatron script with a DS config
         job_options = merge_deepspeed_into_options(job_options, ds_config)
@@ -313,7 +315,7 @@ def _load_calibration(path: str, job: Any) -> Any:
     return calibration_from_mapping(data, calibration_for(job.system.gpu.generation))
 
 
-def script_ds_config(megatron: Any, script: Any) -> tuple[str, str] | None:
+def script_ds_config(megatron: MegatronArgs, script: LaunchCommand) -> tuple[str, str] | None:
     """``(name, text)`` of the DeepSpeed config a launch script writes itself (``cat <<EOT > $config_json``) and
     passes with ``--deepspeed_config``, when it does."""
     name = megatron.deepspeed_config

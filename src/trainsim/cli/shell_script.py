@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainsim.errors import TrainsimError
+from trainsim.errors import TrainsimError, read_text
 
 #: Programs that start (or wrap) the training process.
 LAUNCHERS = frozenset({"torchrun", "deepspeed", "srun", "mpirun", "mpiexec", "bash", "sh", "eval", "exec", "nohup",
@@ -66,10 +66,10 @@ class _Heredoc:
     expand: bool
 
 
-def _statements(text: str) -> tuple[list[str], list[tuple[str, str]]]:
+def _statements(text: str) -> tuple[list[str], list[tuple[str, str, bool]]]:
     """The script cut into simple statements, and the here-documents ``(statement, body)`` it contains."""
     out: list[str] = []
-    heredocs: list[tuple[str, str]] = []
+    heredocs: list[tuple[str, str, bool]] = []  # (statement, body, expand its variables)
     buf: list[str] = []
     i, n = 0, len(text)
     quote: str | None = None  # "'", '"' or '`'
@@ -111,7 +111,7 @@ def _statements(text: str) -> tuple[list[str], list[tuple[str, str]]]:
             buf.append(c)
             i += 1
             continue
-        if c == "#" and at_word_start() and not (buf and buf[-1] == "$"):
+        if c == "#" and at_word_start():
             while i < n and text[i] != "\n":
                 i += 1
             continue
@@ -143,7 +143,7 @@ def _statements(text: str) -> tuple[list[str], list[tuple[str, str]]]:
                     if (line.lstrip("\t") if doc.strip_tabs else line) == doc.delimiter:
                         break
                     lines.append(line)
-                heredocs.append((statement, "\n".join(lines) + "\n" if doc.expand else "\0" + "\n".join(lines)))
+                heredocs.append((statement, "\n".join(lines) + "\n", doc.expand))
             pending.clear()
             continue
         if depth == 0 and c in ";&|":
@@ -179,7 +179,6 @@ _OPS: dict[type, Callable[[int, int], int]] = {ast.Add: operator.add, ast.Sub: o
 def arith(expr: str, env: dict[str, str]) -> str | None:
     """Integer shell arithmetic over numbers and variables; ``None`` when it cannot be evaluated."""
     text = re.sub(r"\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), expr)
-    text = text.replace("**", "^^").replace("/", "//").replace("^^", "**").replace("////", "//")
 
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
@@ -193,24 +192,33 @@ def arith(expr: str, env: dict[str, str]) -> str | None:
         raise ValueError(expr)
 
     try:
-        return str(ev(ast.parse(text.strip().replace("_", ""), mode="eval")))
+        return str(ev(ast.parse(text.strip(), mode="eval")))
     except (ValueError, SyntaxError, ZeroDivisionError, TypeError):
         return None
 
 
+def _skip_quoted(text: str, i: int, quotes: str = "'\"") -> int | None:
+    """Index after the quoted string or backslash escape starting at ``i``; ``None`` when none starts there."""
+    c = text[i]
+    if c == "\\":
+        return i + 2
+    if c not in quotes:
+        return None
+    j = i + 1
+    while j < len(text) and text[j] != c:
+        j += 2 if c != "'" and text[j] == "\\" else 1
+    return j + 1
+
+
 def _matching(text: str, start: int, open_: str, close: str) -> int:
     """Index of the bracket closing the one opened just before ``start`` (quotes respected)."""
-    depth, i, quote = 1, start, None
+    depth, i = 1, start
     while i < len(text):
-        c = text[i]
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c == "\\":
-            i += 1
-        elif text.startswith(open_, i):
+        after = _skip_quoted(text, i)
+        if after is not None:
+            i = after
+            continue
+        if text.startswith(open_, i):
             depth += 1
         elif text.startswith(close, i):
             depth -= 1
@@ -493,24 +501,17 @@ def _assign(words_text: str, env: dict[str, str], origin: str) -> bool:
 
 
 def _first_word(text: str) -> tuple[str, str]:
-    """The first shell word of ``text`` (quotes included) and what follows it."""
-    i, quote = 0, None
+    """The first shell word of ``text`` (quotes and ``${...}`` / ``$(...)`` included) and what follows it."""
+    i = 0
     while i < len(text):
-        c = text[i]
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in "'\"`":
-            quote = c
-        elif c == "\\":
-            i += 1
-        elif c == "$" and text.startswith("${", i):
-            end = _matching(text, i + 2, "{", "}")
-            i = end if end >= 0 else len(text)
-        elif c == "$" and text.startswith("$(", i):
-            end = _matching(text, i + 2, "(", ")")
-            i = end if end >= 0 else len(text)
-        elif c.isspace():
+        after = _skip_quoted(text, i, "'\"`")
+        if after is None and text.startswith(("${", "$("), i):
+            end = _matching(text, i + 2, text[i + 1], "}" if text[i + 1] == "{" else ")")
+            after = len(text) if end < 0 else end + 1
+        if after is not None:
+            i = after
+            continue
+        if text[i].isspace():
             return text[:i], text[i:].lstrip()
         i += 1
     return text, ""
@@ -591,17 +592,12 @@ def launcher_gpus(launcher: list[str]) -> int | None:
 def read_script(path: str | Path) -> LaunchCommand:
     """The training command of a launch script, or of a file of bare arguments (see the module docstring)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise TrainsimError("megatron_args", f"file not found: {p}", "give the launch script's path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrainsimError("megatron_args", f"cannot read {p} ({exc})", "give a text file") from None
+    text = read_text(p, "megatron_args", "give the launch script's path", "give a text file")
     origin = str(p)
     env = _sbatch(text)
     env.setdefault("PWD", ".")
     statements, heredocs = _statements(text)
-    docs = {s: body for s, body in heredocs}
+    docs = {s: (body, expands) for s, body, expands in heredocs}
     files: dict[str, str] = {}
     notes: list[str] = []
     loose: list[str] = []
@@ -649,8 +645,8 @@ def read_script(path: str | Path) -> LaunchCommand:
             words = _words(re.sub(r"<<-?\s*(['\"]?)[A-Za-z_][A-Za-z0-9_]*\1", " ", s), env, origin)
             target = next((words[k + 1] for k, w in enumerate(words[:-1]) if w in (">", ">>")), None)
             if target is not None:
-                doc = docs[raw]
-                files[target] = doc[1:] if doc.startswith("\0") else expand(doc, env)
+                body, expands = docs[raw]
+                files[target] = expand(body, env) if expands else body
             continue
         words = [w for w in _strip_redirections(_inline_commands(_words(s, env, origin), env, origin))
                  if w not in ("&", ";")]
@@ -662,7 +658,7 @@ def read_script(path: str | Path) -> LaunchCommand:
             gpus = launcher_gpus(launcher)
             name = _launcher_name(launcher)
             if gpus is None:
-                notes.append(_gpu_note(name))
+                notes.append(gpu_note(name))
             return LaunchCommand(_split_flags(args), gpus, name, words[entry].rsplit("/", 1)[-1], files, notes)
         if words[0].startswith("--"):
             loose += words
@@ -685,9 +681,9 @@ def _first(statement: str) -> str:
 def stack_if(stack: list[tuple[bool, bool]], keyword: str, condition: str, env: dict[str, str], origin: str,
              notes: list[str]) -> None:
     """Open an ``if`` block or move to its ``elif`` branch: the branch is read when bash would take it."""
-    outer = all(a for a, _ in stack[:-1] if keyword == "elif") if keyword == "elif" else all(a for a, _ in stack)
     if keyword == "elif" and not stack:
         return
+    outer = all(a for a, _ in (stack[:-1] if keyword == "elif" else stack))
     if not outer or (keyword == "elif" and stack[-1][1]):
         if keyword == "if":
             stack.append((False, True))
@@ -711,7 +707,7 @@ def _launcher_name(launcher: list[str]) -> str | None:
                  ("bash", "sh", "eval", "exec", "env", "nohup", "time")), None)
 
 
-def _gpu_note(launcher: str | None) -> str:
+def gpu_note(launcher: str | None) -> str:
     if launcher == "deepspeed":
         return ("launch script: the deepspeed launcher starts one process per GPU of every host of its hostfile, "
                 "which the script does not state: give -n GPUS")

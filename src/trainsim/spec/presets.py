@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from trainsim.errors import TrainsimError
+from trainsim.errors import TrainsimError, read_text
 from trainsim.spec.model import Model
 from trainsim.spec.system import System
 from trainsim.spec.system_file import system_from_file_data
@@ -110,11 +110,6 @@ def load_system(name_or_path: str | Path | System) -> System:
         return _system_preset(text.lower())
     path = Path(text)
     if path.suffix in {".yaml", ".yml"} or path.exists():
-        try:
-            content = path.read_text()
-        except FileNotFoundError:
-            raise TrainsimError("system", f"file not found: {path}", "give a preset name or a YAML path") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TrainsimError("system", f"cannot read {path} ({exc})", "check the file") from None
+        content = read_text(path, "system", "give a preset name or a YAML path")
         return _system_from_yaml_text(content, str(path))
     raise _unknown("system", text, list_systems())
