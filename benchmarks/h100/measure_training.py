@@ -61,9 +61,42 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                           V=51200, seq=2048, mbs=4, nmb=4, recompute=True),
     "mcore-llama-1b-gqa": dict(framework="megatron-core", L=16, h=2048, heads=32, kv=8, ffn=8192, V=128256,
                                seq=2048, mbs=2, nmb=8, swiglu=True),
+    # Megatron-Core mixture of experts, local spec (SequentialMLP: one expert after another, no Transformer Engine),
+    # alltoall token dispatcher, dropless, aux-loss router in fp32. The per-GPU expert work of Qwen3-30B-A3B (hidden
+    # 2048, expert FFN 768, top-8) at expert parallelism 8 is 16 local experts receiving tokens*8/16 rows each:
+    # E=16, topk=8 on one GPU has the same GEMM shapes (no all-to-all). A dense twin with ffn = topk * expert FFN
+    # has the same active FLOPs.
+    "mcore-a3b-dense": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                            mbs=2, nmb=4, swiglu=True),
+    "mcore-a3b-16e": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                          mbs=2, nmb=4, swiglu=True, E=16, topk=8, moe_ffn=768),
+    "mcore-a3b-16e-mbs1": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                               mbs=1, nmb=8, swiglu=True, E=16, topk=8, moe_ffn=768),
+    "mcore-a3b-16e-mbs4": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                               mbs=4, nmb=2, swiglu=True, E=16, topk=8, moe_ffn=768),
+    "mcore-a3b-4e": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                         mbs=2, nmb=4, swiglu=True, E=4, topk=4, moe_ffn=1536),
+    "mcore-a3b-64e": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                          mbs=2, nmb=4, swiglu=True, E=64, topk=8, moe_ffn=768),
+    "mcore-a3b-128e": dict(framework="megatron-core", L=4, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                           mbs=2, nmb=4, swiglu=True, E=128, topk=8, moe_ffn=768),
+    # The same layers on 128-token micro-batches: every kernel is short, so the step time is the host's (Python,
+    # autograd, dispatch, synchronisation) time per layer, dense and mixture-of-experts with 4, 16 and 64 experts.
+    **{f"mcore-host-{k}": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128,
+                               mbs=1, nmb=8, swiglu=True, **moe)
+       for k, moe in (("dense", {}), ("4e", dict(E=4, topk=4, moe_ffn=1536)),
+                      ("16e", dict(E=16, topk=8, moe_ffn=768)), ("64e", dict(E=64, topk=8, moe_ffn=768)))},
+    "mcore-host-dense-L16": dict(framework="megatron-core", L=16, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128,
+                                 mbs=1, nmb=8, swiglu=True),
+    "hf-host-L8": dict(framework="hf-transformers", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128, mbs=1,
+                       nmb=8),
+    "hf-host-L16": dict(framework="hf-transformers", L=16, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128, mbs=1,
+                        nmb=8),
 }
-GROUPS = {"hf": [n for n, c in CONFIGS.items() if c["framework"] == "hf-transformers"],
-          "megatron": [n for n, c in CONFIGS.items() if c["framework"] == "megatron-core"]}
+GROUPS = {"hf": [n for n, c in CONFIGS.items() if c["framework"] == "hf-transformers" and "-host-" not in n],
+          "megatron": [n for n in CONFIGS if n.startswith("mcore-gpt") or n == "mcore-llama-1b-gqa"],
+          "moe": [n for n, c in CONFIGS.items() if n.startswith("mcore-a3b")],
+          "host": [n for n in CONFIGS if "-host-" in n]}
 
 
 def timed(step, torch, warm: int = 3, reps: int = 6) -> tuple[float, float, float]:
@@ -94,14 +127,43 @@ def optimizer_time(opt_step, torch, reps: int = 3) -> float:
     return ts[len(ts) // 2]
 
 
-def measured(step, opt, model, torch, setup: str) -> dict[str, Any]:
+TRACE_DIR: str | None = None  # --trace: write a Kineto trace of one more step and its kernel summary
+
+
+def traced(step, torch, name: str) -> dict[str, Any]:
+    """One more step under the PyTorch profiler: GPU kernel time and count, host synchronisations, wall time.
+
+    ``gpu_busy_s`` is the sum of kernel durations (one stream carries the step), ``trace_wall_s`` the profiled step's
+    wall time, ``syncs`` the host waits on the device (``cudaStreamSynchronize``/``cudaEventSynchronize``/
+    ``cudaDeviceSynchronize``). The operators' host times (``key_averages``) are written to ``TRACE_DIR``.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    assert TRACE_DIR is not None
+    with open(os.path.join(TRACE_DIR, f"{name}.ops.txt"), "w") as f:
+        f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=45, max_name_column_width=60))
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    sync_names = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
+    syncs = sum(1 for e in prof.events() if e.name in sync_names)
+    busy = sum(e.device_time_total for e in kernels) / 1e6  # profiler times are microseconds
+    return dict(trace_wall_s=wall, gpu_busy_s=busy, kernels_per_step=len(kernels), syncs_per_step=syncs)
+
+
+def measured(step, opt, model, torch, setup: str, name: str = "") -> dict[str, Any]:
     """Time ``step`` (peak memory from here on), then the optimizer step alone; the fields of one result line."""
     torch.cuda.reset_peak_memory_stats()
     med, lo, hi = timed(step, torch)
     peak, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
-    return dict(params=sum(p.numel() for p in model.parameters()), iter_s=med, iter_min_s=lo, iter_max_s=hi,
+    line = dict(params=sum(p.numel() for p in model.parameters()), iter_s=med, iter_min_s=lo, iter_max_s=hi,
                 optimizer_s=optimizer_time(opt.step, torch), peak_alloc_bytes=peak, peak_reserved_bytes=reserved,
                 setup=setup)
+    if TRACE_DIR is not None:
+        line |= traced(step, torch, name)
+    return line
 
 
 def run_hf(c: dict[str, Any], torch) -> dict[str, Any]:
@@ -128,7 +190,7 @@ def run_hf(c: dict[str, Any], torch) -> dict[str, Any]:
             fwd(input_ids=ids, labels=ids).loss.backward()
         opt.step()
 
-    return measured(step, opt, model, torch,
+    return measured(step, opt, model, torch, name=c["name"],
                     setup="LlamaForCausalLM built on the GPU in bf16, attn_implementation="
                       f"{c.get('attn', 'sdpa')!r}{', torch.compile(model)' if c.get('compile') else ''}"
                       f"{', gradient_checkpointing_enable()' if c.get('recompute') else ''}, "
@@ -164,8 +226,14 @@ def run_megatron(c: dict[str, Any], torch) -> dict[str, Any]:
         persist_layer_norm=False, apply_rope_fusion=False)
     if c.get("recompute"):
         kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    if c.get("E"):
+        kw.update(num_moe_experts=c["E"], moe_router_topk=c["topk"], moe_ffn_hidden_size=c["moe_ffn"],
+                  moe_token_dispatcher_type="alltoall", moe_router_load_balancing_type="aux_loss",
+                  moe_aux_loss_coeff=1e-3, moe_router_dtype="fp32", moe_grouped_gemm=False)
     cfg = TransformerConfig(**kw)
-    model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization=kw["normalization"]),
+    spec = get_gpt_layer_local_spec(num_experts=c.get("E"), moe_grouped_gemm=False,
+                                    normalization=kw["normalization"])
+    model = GPTModel(config=cfg, transformer_layer_spec=spec,
                      vocab_size=c["V"], max_sequence_length=c["seq"],
                      position_embedding_type="rope" if swiglu else "learned_absolute",
                      share_embeddings_and_output_weights=not swiglu)
@@ -197,8 +265,10 @@ def run_megatron(c: dict[str, Any], torch) -> dict[str, Any]:
            num_microbatches=c["nmb"], seq_length=seq, micro_batch_size=mbs, forward_only=False)
         opt.step()
 
-    return measured(step, opt, model, torch,
-                    setup="GPTModel, get_gpt_layer_local_spec, Float16Module (bf16), DDP with fp32 grad buffer, "
+    moe = (f", MoE {c['E']} experts top-{c['topk']} (SequentialMLP, alltoall dispatcher, dropless, aux loss, "
+           "fp32 router)") if c.get("E") else ""
+    return measured(step, opt, model, torch, name=c["name"],
+                    setup=f"GPTModel, get_gpt_layer_local_spec{moe}, Float16Module (bf16), DDP with fp32 grad buffer, "
                       "get_megatron_optimizer (Adam, bf16, fp32 main params), get_forward_backward_func (no "
                       "pipelining), unfused DotProductAttention"
                       f"{', full recomputation (uniform, 1 layer)' if c.get('recompute') else ''}")
@@ -209,11 +279,14 @@ def main() -> None:
     ap.add_argument("name", nargs="?")
     ap.add_argument("--list", choices=sorted(GROUPS))
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--trace", action="store_true", help="also profile one step (Kineto trace into --out)")
     a = ap.parse_args()
+    global TRACE_DIR
+    TRACE_DIR = a.out if a.trace else None
     if a.list:
         print(" ".join(GROUPS[a.list]))
         return
-    c = CONFIGS[a.name]
+    c = CONFIGS[a.name] | {"name": a.name}
     import torch
     line: dict[str, Any] = dict(framework=c["framework"], name=a.name, L=c["L"], h=c["h"], heads=c["heads"],
                                 kv=c["kv"], ffn=c["ffn"], V=c["V"], seq=c["seq"], mbs=c["mbs"],
@@ -221,6 +294,8 @@ def main() -> None:
                                 or bool(c.get("swiglu")), recompute=bool(c.get("recompute")),
                                 attn_implementation=c.get("attn", "sdpa" if c["framework"] == "hf-transformers"
                                                           else "unfused"), compile=bool(c.get("compile")))
+    if c.get("E"):
+        line |= dict(num_experts=c["E"], topk=c["topk"], moe_ffn=c["moe_ffn"])
     try:
         line |= (run_hf if c["framework"] == "hf-transformers" else run_megatron)(c, torch)
     except Exception as e:  # a failed configuration is recorded, not lost

@@ -152,7 +152,7 @@ def estimate(job: Job, cost_model: CostModel | None = None) -> Estimate:
     }
     total = sum(breakdown.values())
     busy = [m * (s.fwd + s.bwd) + s.optimizer for s in stages]
-    total_compute = sum(s.total.fwd_compute + s.total.bwd_compute for s in stages)
+    total_compute = sum(s.total.fwd_compute + s.total.bwd_compute - s.total.host_wait for s in stages)
     measured = sum(s.total.measured for s in stages)
     comm = sum(s.total.comm for s in stages)
     comm_measured = sum(s.total.comm_measured for s in stages)

@@ -263,3 +263,23 @@ def test_script_written_deepspeed_config_and_bf16_optimizer(tmp_path, capsys):
     fp16 = _predict(["predict", "--megatron-args", str(script), "--fp16", "--json"], capsys)
     # 1.6B parameters over tp 2: fp16's optimizer keeps 12 bytes per parameter whole, bf16's an eighth (dp 8)
     assert fp16["memory"]["peak_bytes"] - d["memory"]["peak_bytes"] > 0.8e9 * 12 * 7 / 8 * 0.9
+
+
+def test_moe_launch_lines_issue_experts_as_megatron_does(tmp_path, capsys):
+    """Megatron-Core runs the local experts one after another (SequentialMLP) unless --moe-grouped-gemm (TE's
+    GroupedLinear: one Python call, one GEMM kernel per expert); the per-expert Python loop waits on its host."""
+    args = ("--num-layers 4 --hidden-size 2048 --num-attention-heads 32 --seq-length 1024 --micro-batch-size 1 "
+            "--global-batch-size 64 --vocab-size 32000 --num-experts 64 --moe-router-topk 8 --moe-ffn-hidden-size 768 "
+            "--expert-model-parallel-size 8 --bf16")
+    loop = tmp_path / "loop.sh"
+    loop.write_text(f"torchrun --nproc_per_node 8 pretrain_gpt.py {args}\n")
+    d = _predict(["predict", "--megatron-args", str(loop), "--json"], capsys)
+    assert d["job"]["framework"]["moe_expert_launch"] == "python_loop"
+    assert any("SequentialMLP" in n for n in d["megatron_args"]["notes"])
+    grouped = tmp_path / "grouped.sh"
+    grouped.write_text(f"torchrun --nproc_per_node 8 pretrain_gpt.py {args} --moe-grouped-gemm\n")
+    g = _predict(["predict", "--megatron-args", str(grouped), "--json"], capsys)
+    assert g["job"]["framework"]["moe_expert_launch"] == "cpp_loop"
+    assert g["iteration_time_s"] < d["iteration_time_s"]  # 8 local experts issued from C++, not from Python
+    assert g["moe"]["per_stage"][0]["per_iteration"]["host_wait_s"] < d["moe"]["per_stage"][0]["per_iteration"][
+        "host_wait_s"]

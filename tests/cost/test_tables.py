@@ -25,6 +25,7 @@ from trainsim.errors import TrainsimError
 from trainsim.estimate import estimate
 from trainsim.predictor import predict
 from trainsim.spec import load_model
+from trainsim.spec.framework import load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.presets import load_system
@@ -107,7 +108,8 @@ def test_merge_later_table_wins_and_gpus_must_agree():
 
 
 def test_exact_tables_price_every_op_and_report_full_measured_fraction():
-    job = _job()
+    # CUDA graphs: no host wait, so doubling every op's GPU time doubles the compute time
+    job = _job().replace(framework=load_framework("megatron-core").replace(cuda_graphs=True))
     ops = _ops(job)
     analytic = default_cost_model(job)
     table = _table(ops, [2 * analytic.compute(op) for op in ops])

@@ -25,6 +25,9 @@ class UniformCostModel:
     def compute(self, op: ComputeOp) -> float:
         return {"qkv": self.f, "qkv_dgrad": self.b, "qkv_wgrad": self.w}.get(op.name, 0.0)
 
+    def host(self, op: ComputeOp) -> float:
+        return 0.0  # no host wait: the schedule's closed forms hold
+
     def collective(self, op: CommOp, place: Placement) -> float:
         return 0.0
 

@@ -61,6 +61,9 @@ def test_fluid_overlap_of_a_hidden_collective():
         def collective(self, op, place):
             return 4.0
 
+        def host(self, op):
+            return 0.0
+
     ops = [elementwise("x", "fwd", 1.0)]
     hidden = CommOp("c", "all_gather", Group.TP, "fwd", 1.0, Overlap.COMPUTE, ops[0])
     j = job(tp=8, pp=1, n=64)
@@ -126,7 +129,7 @@ def test_split_backward_moves_weight_gradients():
     full = lib.layer("B", False, "none")
     b = lib.layer("B", False, "none", split=True)
     w = lib.layer("W", False, "none")
-    assert all(s.name.endswith("_wgrad") for s in w.slices)
+    assert all(s.name.endswith("_wgrad") for s in w.slices if s.name != "host")  # host: waiting for the CPU
     assert not any(s.name.endswith("_wgrad") for s in b.slices if s.stream == "compute")
     # the input-gradient all-reduce no longer hides behind the weight gradient
     assert b.duration + w.duration >= full.duration - 1e-12

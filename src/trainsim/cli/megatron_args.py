@@ -210,7 +210,7 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),
-    "--moe-grouped-gemm": (False, _note("--moe-grouped-gemm: expert GEMMs are modelled one per expert")),
+    "--moe-grouped-gemm": (False, lambda a, v: a.options.__setitem__("moe_expert_launch", "cpp_loop")),
     "--use-torch-fsdp2": (False, _fsdp),
     "--use-custom-fsdp": (False, _fsdp),
     "--use-megatron-fsdp": (False, _fsdp),
@@ -539,8 +539,9 @@ PRECISION_OPTIONS = ("fp16", "bf16", "fp8", "fp32")
 
 def apply_entry_point(a: MegatronArgs, entry: str | None) -> None:
     """What a launch script's entry point and its full command line imply: the model kind of ``pretrain_bert.py``
-    (other non-GPT entry points are refused), and fp32 training when no precision flag is given (Megatron's
-    default; Megatron-DeepSpeed takes it from the DeepSpeed config)."""
+    (other non-GPT entry points are refused), fp32 training when no precision flag is given (Megatron's
+    default; Megatron-DeepSpeed takes it from the DeepSpeed config), and Megatron-Core's experts one after another
+    (SequentialMLP) when a mixture of experts runs without ``--moe-grouped-gemm``."""
     if entry is None:
         return
     if entry in ENTRY_POINTS:
@@ -554,6 +555,10 @@ def apply_entry_point(a: MegatronArgs, entry: str | None) -> None:
             if "vocab_size" not in a.options:  # pretrain_bert.py's args_defaults: BertWordPieceLowerCase
                 a.options["vocab_size"] = 30522
                 a.notes.append("vocab size 30522 from pretrain_bert.py's default tokenizer (BertWordPieceLowerCase)")
+    megatron_core = a.options.get("framework", "megatron-core") in ("megatron-core", "nemo")
+    if megatron_core and a.options.get("num_experts") and "moe_expert_launch" not in a.options:
+        a.options["moe_expert_launch"] = "python_loop"  # Megatron's default moe_grouped_gemm=False
+        a.notes.append("no --moe-grouped-gemm: Megatron-Core runs the experts one after another (SequentialMLP)")
     if not any(a.options.get(k) for k in PRECISION_OPTIONS) and a.options.get("framework") != "megatron-deepspeed":
         a.options["fp32"] = True
         a.notes.append("no --bf16, --fp16 or --fp8-format: Megatron trains in fp32 (modelled with TF32 GEMMs)")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from trainsim.cost.calibration import Calibration, calibration_for
 from trainsim.cost.comm import Placement, Placements, collective_time, placements_of
 from trainsim.cost.compute import op_time
+from trainsim.cost.host import host_excess, op_host_time
 from trainsim.cost.offload import host_copy_time, host_step_time
 from trainsim.cost.sharded import Unit, Zero3Comm, pass_overhead
 from trainsim.errors import TrainsimError
@@ -39,6 +40,7 @@ from trainsim.workload.sharding import sharding_of
 from trainsim.workload.stages import stage_layer_counts
 
 if TYPE_CHECKING:
+    from trainsim.spec.framework import Framework
     from trainsim.spec.job import Job
     from trainsim.spec.system import System
 
@@ -54,6 +56,10 @@ class CostModel(Protocol):
 
     def compute(self, op: ComputeOp) -> float:
         """Seconds for one compute op."""
+        ...
+
+    def host(self, op: ComputeOp) -> float:
+        """CPU seconds to issue one compute op (:func:`trainsim.cost.host.op_host_time`)."""
         ...
 
     def collective(self, op: CommOp, place: Placement) -> float:
@@ -78,10 +84,15 @@ class AnalyticCostModel:
     job_nodes: int = 1
     optimizer_bytes_per_param: float = OPTIMIZER_BYTES_PER_PARAM  # the stack's (Framework.optimizer_step_bytes)
     host_dispatch_s: float = 0.0  # the stack's CPU time to launch one kernel (Framework.host_dispatch_s)
+    host_op_s: float = 0.0  # the stack's eager CPU time per modelled operator (Framework.host_op_s)
 
     def compute(self, op: ComputeOp) -> float:
         """Roofline time of ``op``; a kernel shorter than the host's dispatch time waits for the host."""
         return max(op_time(op, self.system.gpu, self.calibration), self.host_dispatch_s)
+
+    def host(self, op: ComputeOp) -> float:
+        """CPU seconds to issue ``op`` (:func:`trainsim.cost.host.op_host_time`)."""
+        return op_host_time(op, self.host_op_s, self.host_dispatch_s)
 
     def collective(self, op: CommOp, place: Placement) -> float:
         """α-β time of ``op``."""
@@ -114,6 +125,7 @@ class BlockCost:
     measured: float = 0.0  # compute seconds priced from measurements (for measured_compute_fraction)
     comm: float = 0.0  # all collective seconds (hidden or not)
     comm_measured: float = 0.0  # collective seconds priced from measurements
+    host_wait: float = 0.0  # seconds in fwd/bwd_compute the GPU waits for its host (trainsim.cost.host)
 
     @property
     def fwd(self) -> float:
@@ -131,7 +143,7 @@ class BlockCost:
             self.fwd_compute * k, self.bwd_compute * k, self.recompute * k, self.wgrad * k,
             {g: t * k for g, t in self.exposed.items()}, self.exposed_fwd * k, self.exposed_bwd * k,
             self.overlap_penalty_fwd * k, self.overlap_penalty_bwd * k, self.measured * k, self.comm * k,
-            self.comm_measured * k,
+            self.comm_measured * k, self.host_wait * k,
         )
 
     def __add__(self, other: BlockCost) -> BlockCost:
@@ -144,6 +156,7 @@ class BlockCost:
             self.exposed_fwd + other.exposed_fwd, self.exposed_bwd + other.exposed_bwd,
             self.overlap_penalty_fwd + other.overlap_penalty_fwd, self.overlap_penalty_bwd + other.overlap_penalty_bwd,
             self.measured + other.measured, self.comm + other.comm, self.comm_measured + other.comm_measured,
+            self.host_wait + other.host_wait,
         )
 
 
@@ -183,17 +196,24 @@ class StageCost:
 
 def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap: bool,
                recompute_comm: bool = True, split_backward: bool = False) -> BlockCost:
+    """Costs of one block, each pass waiting for a slower host (:mod:`trainsim.cost.host`)."""
     c = model.compute
     fwd_ops = OpSet(work.fwd)
     # a split-backward schedule runs the weight gradients later: collectives cannot hide behind them
     bwd_ops = OpSet(op for op in work.bwd if not (split_backward and op.is_weight_grad))
     times = {op: c(op) for op in (*work.fwd, *work.bwd)}
-    fwd = sum(times[op] for op in work.fwd)  # priced once above (the same pure lookup)
-    re = sum(c(op) for op in work.recompute)
-    bwd = sum(times[op] for op in work.bwd) + re
+    re_times = [c(op) for op in work.recompute]
+    # the host issuing the ops: each pass waits for it where it is slower than the GPU
+    waits = (host_excess(work.fwd, [times[op] for op in work.fwd], model.host),
+             host_excess(work.recompute, re_times, model.host),
+             host_excess(work.bwd, [times[op] for op in work.bwd], model.host))
+    fwd = sum(times[op] for op in work.fwd) + waits[0]
+    re = sum(re_times) + waits[1]
+    bwd = sum(times[op] for op in work.bwd) + waits[2] + re
     wgrad = sum(times[op] for op in work.bwd if op.is_weight_grad)
     measured = sum(c(op) for op in (*work.fwd, *work.bwd, *work.recompute) if model.is_measured(op))
-    out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured)
+    out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured,
+                    host_wait=sum(waits))
     slow = model.calibration.overlap_slowdown
 
     def account(ops: tuple[CommOp, ...], pass_ops: OpSet, backward: bool) -> None:
@@ -384,9 +404,17 @@ def default_cost_model(job: Job, calibration: Calibration | None = None,
         raise TrainsimError("kernels", f"no measured kernel surface for {gpu.name} ({gpu.generation})",
                             "use --kernels analytic or auto (measured surfaces: Hopper GPUs)")
     if kernels != "analytic" and surface:
-        return SurfaceCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s,
+        return SurfaceCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s, host_op_seconds(fw),
                                 surface=packaged_surface(), measured_gpu=gpu_key(gpu.name) == MEASURED_GPU)
-    return AnalyticCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s)
+    return AnalyticCostModel(job.system, calib, job.num_nodes, opt, fw.host_dispatch_s, host_op_seconds(fw))
+
+
+def host_op_seconds(fw: Framework) -> float:
+    """CPU seconds per modelled operator of a stack: its eager ``host_op_s``; a torch.compile'd model keeps only the
+    launches (``host_dispatch_s``); CUDA graphs replay without the host."""
+    if fw.cuda_graphs:
+        return 0.0
+    return fw.host_dispatch_s if fw.torch_compile else fw.host_op_s
 
 
 def kernel_model_of(model: object) -> str:

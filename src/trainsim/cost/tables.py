@@ -576,6 +576,10 @@ class MeasuredCostModel:
             self._compute[op] = hit
         return hit[0]
 
+    def host(self, op: ComputeOp) -> float:
+        """CPU seconds to issue ``op``: the stack's host model (tables measure GPU time only)."""
+        return self.fallback.host(op)
+
     def collective(self, op: CommOp, place: Placement) -> float:
         """Measured seconds of ``op`` over ``place`` (interpolated in message size), else the α-β time."""
         t = self.comm.lookup(op, place) if self.comm is not None else None

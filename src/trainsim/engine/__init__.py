@@ -55,7 +55,7 @@ def estimate_of(tl: Timeline, model: CostModel) -> tuple[Estimate, dict[str, Any
     breakdown["other"] = overhead
     iteration = float(np.mean(tl.step_end())) + overhead
     stages = tl.graph.stage_costs
-    total_compute = sum(s.total.fwd_compute + s.total.bwd_compute for s in stages)
+    total_compute = sum(s.total.fwd_compute + s.total.bwd_compute - s.total.host_wait for s in stages)
     measured = sum(s.total.measured for s in stages)
     comm = sum(s.total.comm for s in stages)
     comm_measured = sum(s.total.comm_measured for s in stages)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trainsim.cost.comm import Placement
+from trainsim.cost.host import host_excess
 from trainsim.cost.job_costs import zero3_layer_comm
 from trainsim.cost.sharded import Zero3Comm, progress, run_pass
 from trainsim.parallel.axes import Group
@@ -146,7 +147,8 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
     analytic costs use). A collective that cannot hide blocks at the op it serves (``behind``: before an operand
     delivery, after a reduction), else at its ``anchor``, else — when its op is a weight gradient in ``moved`` (this
     pass's weight gradients that a split-backward schedule runs later) — right after the same GEMM's input
-    gradient, else at the end of the block."""
+    gradient, else at the end of the block. The wait for a host slower than the GPU
+    (:func:`trainsim.cost.host.host_excess`) is a ``host`` slice at the end of the pass."""
     slow = model.calibration.overlap_slowdown
     index = {op: i for i, op in reversed(list(enumerate(compute)))}  # the first position of every op
     input_grad_of = {op.grad_of: i for i, op in reversed(list(enumerate(compute)))
@@ -230,6 +232,11 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
         for c in comms:
             _, ce = issue(c, t)
             stall(c, ce)
+    wait = host_excess(compute, [model.compute(op) for op in compute], model.host)
+    if wait > 0.0:
+        slices.append(Slice(COMPUTE, "host", t, t + wait))
+        compute_busy += wait
+        t += wait
     return BlockTime(t, compute_busy, slowdown, quadratic, exposed, comm_total, internode, internode_exposed,
                      nbytes, tuple(slices))
 

@@ -304,6 +304,17 @@ class Framework(Spec, frozen=True):
                     "other op is recomputed in backward)")
     host_dispatch_s: float = Field(ge=0, description="CPU time to dispatch one kernel (s); a kernel shorter than "
                                                      "this leaves the GPU waiting")
+    host_op_s: float = Field(ge=0, description="CPU time (s) of the stack's eager Python per modelled operator "
+                                               "(module code, autograd, the kernels it launches); a layer whose "
+                                               "GPU work is shorter waits for its host (torch.compile: "
+                                               "host_dispatch_s per op; CUDA graphs: none)")
+    moe_expert_launch: Annotated[Literal["python_loop", "cpp_loop", "grouped_kernel"], Flag(
+        "--moe-expert-launch", megatron=False,
+        help="python_loop, cpp_loop or grouped_kernel: how the expert GEMMs are issued (Megatron "
+             "--moe-grouped-gemm: cpp_loop)")] = Field(
+        description="how the local experts' GEMMs are issued: python_loop (one Python call per expert: "
+                    "SequentialMLP, DeepSpeed-MoE, transformers), cpp_loop (one call, one GEMM kernel per expert: "
+                    "Transformer Engine GroupedLinear) or grouped_kernel (one grouped GEMM kernel: torch._grouped_mm)")
     # ---- memory conventions --------------------------------------------------------------------------------------
     cuda_context_bytes: float = Field(ge=0, description="CUDA context, cuBLAS/cuDNN workspaces")
     nccl_bytes_per_group: float = Field(ge=0, description="NCCL buffers per communicator")

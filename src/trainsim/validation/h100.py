@@ -59,6 +59,8 @@ def _model(r: dict) -> Model:  # type: ignore[type-arg]
     if llama:
         fields |= dict(swiglu=True, normalization="RMSNorm", position_embedding_type="rope", add_bias_linear=False,
                        untie_embeddings_and_output_weights=True)
+    if r.get("num_experts"):  # Megatron-Core MoE: every layer, dropless, aux-loss router
+        fields |= dict(num_experts=r["num_experts"], moe_router_topk=r["topk"], moe_ffn_hidden_size=r["moe_ffn"])
     if r["framework"] == "hf-transformers":
         fields["make_vocab_size_divisible_by"] = 1  # transformers does not pad the vocabulary
     return Model(**fields)

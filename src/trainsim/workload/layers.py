@@ -10,7 +10,7 @@ activation casts.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -75,6 +75,7 @@ class Shard:
     selective: SelectiveRecompute = "core_attention"  # what "selective" recomputes: Megatron's core attention or
     # torchtitan's op-level checkpointing ("op")
     p2p_split: bool = True  # a pipeline transfer carries this TP rank's share only (WHOLE_TENSOR_P2P_ENGINES: not)
+    moe_expert_launch: str = "cpp_loop"  # Framework.moe_expert_launch: how the local experts' GEMMs are issued
 
     def op_sac(self, model: Model, moe: bool) -> bool:
         """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
@@ -186,6 +187,7 @@ def shard_of(job: Job) -> Shard:
         async_tp=job.framework.async_tp_grad_reduce,
         selective=job.framework.selective_recompute,
         p2p_split=job.framework.pipeline_engine not in WHOLE_TENSOR_P2P_ENGINES,
+        moe_expert_launch=job.framework.moe_expert_launch,
     )
 
 
@@ -521,6 +523,18 @@ def expert_rows(model: Model, tokens: float, tp: int, etp: int) -> tuple[float, 
     return copies, copies * etp * load
 
 
+def _expert_launches(ops: list[ComputeOp], shard: Shard, local_experts: int) -> list[ComputeOp]:
+    """The expert ops as the stack issues them (``Framework.moe_expert_launch``): a Python loop over the local
+    experts (Megatron-Core's SequentialMLP, DeepSpeed-MoE, transformers) issues every op once per expert; a C++ loop
+    (Transformer Engine's GroupedLinear on Hopper: one cuBLAS GEMM per expert) launches one GEMM kernel per expert
+    from one Python call; a grouped kernel (``torch._grouped_mm``) is one launch."""
+    if shard.moe_expert_launch == "python_loop":
+        return [replace(op, host_calls=local_experts, kernels=local_experts) for op in ops]
+    if shard.moe_expert_launch == "cpp_loop":
+        return [replace(op, kernels=local_experts) if op.kind == "gemm" else op for op in ops]
+    return ops
+
+
 def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
         list[ComputeOp], list[ComputeOp], list[ComputeOp], tuple[CommOp, ...], tuple[CommOp, ...]]:
     """Router, permutation, token dispatch, grouped expert GEMMs, combine and shared expert of one MoE layer.
@@ -557,6 +571,7 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     per_expert = max(1, round(rows / local_experts))
     f, b_, _, _ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.swiglu, dt, shard,
                              batch=local_experts, bias=model.add_bias_linear)
+    f, b_ = _expert_launches(f, shard, local_experts), _expert_launches(b_, shard, local_experts)
     fwd += f
     bwd += b_
     act_recompute = [op for op in f if op.name.startswith("expert_") and op.kind == "elementwise"

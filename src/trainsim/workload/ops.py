@@ -106,6 +106,8 @@ class ComputeOp:
     grad_of: str = ""  # backward GEMMs: the forward op they differentiate
     layout: GemmLayout | None = None  # GEMMs: operand layout (None: from the role); other kinds: None
     efficiency: float = 1.0  # throughput relative to the plain kernel of this shape (masked attention: < 1)
+    host_calls: int = 1  # times the framework's Python issues this op (a loop over local experts: one per expert)
+    kernels: int = 1  # kernels the op launches (a C++ loop over local experts: one per expert)
 
     def __post_init__(self) -> None:
         if self.role is None:
