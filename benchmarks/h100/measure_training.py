@@ -27,6 +27,11 @@ import time
 import traceback
 from typing import Any
 
+#: Qwen3-30B-A3B-like layers on one GPU (Megatron-Core, SwiGLU, GQA) and its 16-expert top-8 per-GPU expert work
+A3B: dict[str, Any] = dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
+                           mbs=2, nmb=4, swiglu=True)
+E16: dict[str, Any] = dict(E=16, topk=8, moe_ffn=768)
+
 # name -> (framework, shape and step); L layers, h hidden, heads, kv groups, ffn, V vocabulary, seq, mbs, nmb
 CONFIGS: dict[str, dict[str, Any]] = {
     # transformers LlamaForCausalLM, SDPA unless stated, bf16 parameters and bf16 AdamW states (fused)
@@ -66,32 +71,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # 2048, expert FFN 768, top-8) at expert parallelism 8 is 16 local experts receiving tokens*8/16 rows each:
     # E=16, topk=8 on one GPU has the same GEMM shapes (no all-to-all). A dense twin with ffn = topk * expert FFN
     # has the same active FLOPs.
-    "mcore-a3b-dense": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
-                            mbs=2, nmb=4, swiglu=True),
-    "mcore-a3b-16e": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
-                          mbs=2, nmb=4, swiglu=True, E=16, topk=8, moe_ffn=768),
-    "mcore-a3b-16e-mbs1": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
-                               mbs=1, nmb=8, swiglu=True, E=16, topk=8, moe_ffn=768),
-    "mcore-a3b-16e-mbs4": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
-                               mbs=4, nmb=2, swiglu=True, E=16, topk=8, moe_ffn=768),
-    "mcore-a3b-4e": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
-                         mbs=2, nmb=4, swiglu=True, E=4, topk=4, moe_ffn=1536),
-    "mcore-a3b-64e": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
-                          mbs=2, nmb=4, swiglu=True, E=64, topk=8, moe_ffn=768),
-    "mcore-a3b-128e": dict(framework="megatron-core", L=4, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=2048,
-                           mbs=2, nmb=4, swiglu=True, E=128, topk=8, moe_ffn=768),
+    **{f"mcore-a3b-{k}": A3B | v for k, v in (
+        ("dense", {}), ("16e", E16), ("16e-mbs1", E16 | dict(mbs=1, nmb=8)), ("16e-mbs4", E16 | dict(mbs=4, nmb=2)),
+        ("4e", dict(E=4, topk=4, moe_ffn=1536)), ("64e", dict(E=64, topk=8, moe_ffn=768)),
+        ("128e", dict(L=4, E=128, topk=8, moe_ffn=768)))},
     # The same layers on 128-token micro-batches: every kernel is short, so the step time is the host's (Python,
     # autograd, dispatch, synchronisation) time per layer, dense and mixture-of-experts with 4, 16 and 64 experts.
-    **{f"mcore-host-{k}": dict(framework="megatron-core", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128,
-                               mbs=1, nmb=8, swiglu=True, **moe)
-       for k, moe in (("dense", {}), ("4e", dict(E=4, topk=4, moe_ffn=1536)),
-                      ("16e", dict(E=16, topk=8, moe_ffn=768)), ("64e", dict(E=64, topk=8, moe_ffn=768)))},
-    "mcore-host-dense-L16": dict(framework="megatron-core", L=16, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128,
-                                 mbs=1, nmb=8, swiglu=True),
-    "hf-host-L8": dict(framework="hf-transformers", L=8, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128, mbs=1,
-                       nmb=8),
-    "hf-host-L16": dict(framework="hf-transformers", L=16, h=2048, heads=32, kv=4, ffn=6144, V=32768, seq=128, mbs=1,
-                        nmb=8),
+    **{f"mcore-host-{k}": A3B | dict(seq=128, mbs=1, nmb=8) | v for k, v in (
+        ("dense", {}), ("4e", dict(E=4, topk=4, moe_ffn=1536)), ("16e", E16), ("64e", dict(E=64, topk=8, moe_ffn=768)),
+        ("dense-L16", dict(L=16)))},
+    **{f"hf-host-L{n}": A3B | dict(framework="hf-transformers", L=n, seq=128, mbs=1, nmb=8)
+       for n in (8, 16)},
 }
 GROUPS = {"hf": [n for n, c in CONFIGS.items() if c["framework"] == "hf-transformers" and "-host-" not in n],
           "megatron": [n for n in CONFIGS if n.startswith("mcore-gpt") or n == "mcore-llama-1b-gqa"],
