@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "h100" / "measure_
 
 def test_every_measured_line_is_a_configuration_of_the_script():
     names = set()
-    for group in ("hf", "megatron", "moe", "host"):
+    for group in ("hf", "megatron", "moe", "host", "heldout"):
         out = subprocess.run([sys.executable, str(SCRIPT), "--list", group], capture_output=True, text=True, check=True)
         names |= set(out.stdout.split())
     for folder in ("gpu-h100", "gpu-h200"):

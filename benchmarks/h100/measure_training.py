@@ -82,11 +82,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
         ("dense-L16", dict(L=16)))},
     **{f"hf-host-L{n}": A3B | dict(framework="hf-transformers", L=n, seq=128, mbs=1, nmb=8)
        for n in (8, 16)},
+    # Held out: predicted by trainsim before they were measured (2026-11-24, commit 2904bae)
+    "mcore-heldout-32e": A3B | dict(L=6, E=32, topk=4, moe_ffn=1024),
+    "hf-mixtral-8e": A3B | dict(framework="hf-transformers", kv=8, E=8, topk=2, moe_ffn=2048),
 }
-GROUPS = {"hf": [n for n, c in CONFIGS.items() if c["framework"] == "hf-transformers" and "-host-" not in n],
+GROUPS = {"hf": [n for n, c in CONFIGS.items() if c["framework"] == "hf-transformers" and "-host-" not in n
+                 and "E" not in c],
           "megatron": [n for n in CONFIGS if n.startswith("mcore-gpt") or n == "mcore-llama-1b-gqa"],
           "moe": [n for n, c in CONFIGS.items() if n.startswith("mcore-a3b")],
-          "host": [n for n in CONFIGS if "-host-" in n]}
+          "host": [n for n in CONFIGS if "-host-" in n],
+          "heldout": [n for n in CONFIGS if "heldout" in n or "mixtral" in n]}
 
 
 def timed(step, torch, warm: int = 3, reps: int = 6) -> tuple[float, float, float]:
@@ -157,15 +162,22 @@ def measured(step, opt, model, torch, setup: str, name: str = "") -> dict[str, A
 
 
 def run_hf(c: dict[str, Any], torch) -> dict[str, Any]:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
-    cfg = LlamaConfig(num_hidden_layers=c["L"], hidden_size=c["h"], num_attention_heads=c["heads"],
-                      num_key_value_heads=c["kv"], intermediate_size=c["ffn"], vocab_size=c["V"],
-                      max_position_embeddings=c["seq"], tie_word_embeddings=False,
-                      attn_implementation=c.get("attn", "sdpa"))
+    common = dict(num_hidden_layers=c["L"], hidden_size=c["h"], num_attention_heads=c["heads"],
+                  num_key_value_heads=c["kv"], vocab_size=c["V"], max_position_embeddings=c["seq"],
+                  tie_word_embeddings=False, attn_implementation=c.get("attn", "sdpa"))
+    if c.get("E"):  # Mixtral: every layer a sparse MoE block, no router aux loss in the step
+        cfg: Any = MixtralConfig(intermediate_size=c["moe_ffn"], num_local_experts=c["E"],
+                                 num_experts_per_tok=c["topk"], **common)
+    else:
+        cfg = LlamaConfig(intermediate_size=c["ffn"], **common)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg)
+        model = (MixtralForCausalLM if c.get("E") else LlamaForCausalLM)(cfg)
+    for key in ("_experts_implementation", "experts_implementation"):  # transformers 5: how the experts run
+        if getattr(cfg, key, None) is not None:
+            print(f"{key}: {getattr(cfg, key)}", flush=True)
     torch.set_default_dtype(torch.float32)
     if c.get("recompute"):
         model.gradient_checkpointing_enable()
@@ -181,7 +193,7 @@ def run_hf(c: dict[str, Any], torch) -> dict[str, Any]:
         opt.step()
 
     return measured(step, opt, model, torch, name=c["name"],
-                    setup="LlamaForCausalLM built on the GPU in bf16, attn_implementation="
+                    setup=f"{type(model).__name__} built on the GPU in bf16, attn_implementation="
                       f"{c.get('attn', 'sdpa')!r}{', torch.compile(model)' if c.get('compile') else ''}"
                       f"{', gradient_checkpointing_enable()' if c.get('recompute') else ''}, "
                       "torch.optim.AdamW(fused=True) with bf16 states, gradient accumulation over micro-batches")

@@ -32,3 +32,12 @@ def test_host_bound_moe_steps_not_fitted_on_are_predicted():
     errors = [predict(r.job).iteration_time_s / r.measured_iter_s - 1 for r in runs]
     assert max(abs(e) for e in errors) < 0.25
     assert sum(abs(e) for e in errors) / len(errors) < 0.12
+
+
+def test_transformers_5_rows_run_grouped_experts():
+    """The rows measured with transformers 5 are modelled with ``hf-transformers@5``, whose MoE experts run one grouped
+    GEMM (measured: ``aten::_grouped_mm``, 2 host syncs per step); 4.x looped over the experts in Python."""
+    run = next(r for r in load_h100_runs() if r.id == "h100_hf-mixtral-8e")
+    assert run.job.framework.version == "5" and run.job.framework.moe_expert_launch == "grouped_kernel"
+    assert load_framework("hf-transformers").moe_expert_launch == "python_loop"
+    assert abs(predict(run.job).iteration_time_s / run.measured_iter_s - 1) < 0.15

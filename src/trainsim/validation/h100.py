@@ -74,14 +74,23 @@ def system_of(r: dict) -> str:  # type: ignore[type-arg]
     return found[0]
 
 
+def _stack_version(r: dict) -> str:  # type: ignore[type-arg]
+    """``@5`` for a transformers row measured with transformers 5 (its ``software`` field), whose MoE experts run
+    grouped GEMMs; else the profile's default version."""
+    if r["framework"] == "hf-transformers" and "transformers 5." in str(r.get("software", "")):
+        return "@5"
+    return ""
+
+
 def run_of(r: dict, source: str = SOURCE) -> H100Run:  # type: ignore[type-arg]
     """The job of one measured line.
 
     ``attn_implementation: eager`` (transformers' eager attention) is the eager fp32 softmax chain on the s² scores;
-    ``compile: true`` (``torch.compile(model)``) switches the profile's ``torch_compile`` on. Lines written by
+    ``compile: true`` (``torch.compile(model)``) switches the profile's ``torch_compile`` on; transformers rows
+    measured with transformers 5 use ``hf-transformers@5``. Lines written by
     ``benchmarks/h100/measure_training.py`` ran in a fresh process each, so their peak memory is their own.
     """
-    fw = load_framework(FRAMEWORK_OF[r["framework"]])
+    fw = load_framework(FRAMEWORK_OF[r["framework"]] + _stack_version(r))
     if r.get("compile"):
         fw = fw.replace(torch_compile=True)
     attention = "eager" if r.get("attn_implementation") == "eager" else None
