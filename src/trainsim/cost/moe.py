@@ -70,9 +70,7 @@ def moe_breakdown(job: Job, cost_model: CostModel | None = None) -> dict[str, An
             block = _time_work(work, model, places, bool(job.training.tp_comm_overlap))
             totals["ep_exposed_s"] = totals.get("ep_exposed_s", 0.0) + n * block.exposed.get(Group.EP, 0.0)
             # the whole layer's wait for its host (dense part included): the GPU idles while Python issues ops
-            gpu = sum(model.compute(op) for op in (*work.fwd, *work.bwd, *work.recompute))
-            totals["host_wait_s"] = totals.get("host_wait_s", 0.0) + n * (block.fwd_compute + block.bwd_compute
-                                                                        - gpu)
+            totals["host_wait_s"] = totals.get("host_wait_s", 0.0) + n * block.host_wait
             layers += n
         per_stage.append({"stage": s, "moe_layers": layers, "per_microbatch": totals,
                           "per_iteration": {k: v * job.num_microbatches for k, v in totals.items()}})

@@ -207,6 +207,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
                 internode_exposed += until - t
             t = until
 
+    gpu: list[float] = []  # each op's price, for the host wait of the pass
     for i, op in enumerate(compute):
         for c in by_anchor.get((i, "before"), ()):
             _, ce = issue(c, t)
@@ -216,6 +217,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
             _, ce = issue(c, t)
             waits.append((ce, c))
         w = model.compute(op)
+        gpu.append(w)
         end = progress(t, w, busy, slow) if busy else t + w
         slices.append(Slice(COMPUTE, op.name, t, end))
         compute_busy += end - t
@@ -232,7 +234,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
         for c in comms:
             _, ce = issue(c, t)
             stall(c, ce)
-    wait = host_excess(compute, [model.compute(op) for op in compute], model.host)
+    wait = host_excess(compute, gpu, model.host)
     if wait > 0.0:
         slices.append(Slice(COMPUTE, "host", t, t + wait))
         compute_busy += wait

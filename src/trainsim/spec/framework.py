@@ -45,6 +45,8 @@ PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
 LayerSplit = Literal["even", "type:transformer", "parameters", "account-for-embedding-and-loss"]
 AttentionPath = Literal["flash", "unfused", "eager"]
 SelectiveRecompute = Literal["core_attention", "op"]
+#: How a stack issues the local experts' GEMMs (Framework.moe_expert_launch).
+MoeExpertLaunch = Literal["python_loop", "cpp_loop", "grouped_kernel"]
 CrossEntropyImpl = Literal["vocab_parallel", "torch"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
@@ -308,7 +310,7 @@ class Framework(Spec, frozen=True):
                                                "(module code, autograd, the kernels it launches); a layer whose "
                                                "GPU work is shorter waits for its host (torch.compile: "
                                                "host_dispatch_s per op; CUDA graphs: none)")
-    moe_expert_launch: Annotated[Literal["python_loop", "cpp_loop", "grouped_kernel"], Flag(
+    moe_expert_launch: Annotated[MoeExpertLaunch, Flag(
         "--moe-expert-launch", megatron=False,
         help="python_loop, cpp_loop or grouped_kernel: how the expert GEMMs are issued (Megatron "
              "--moe-grouped-gemm: cpp_loop)")] = Field(

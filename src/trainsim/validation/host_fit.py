@@ -16,6 +16,7 @@ from trainsim.cost.job_costs import shard_of
 from trainsim.spec.job import Job
 from trainsim.validation.h100 import FRAMEWORK_OF, _read, run_of
 from trainsim.workload.layers import Work, embedding_work, head_work, layer_work
+from trainsim.workload.stages import stage_layer_counts
 
 #: A row is host-bound when its micro-batches hold at most this many tokens.
 HOST_BOUND_TOKENS = 512
@@ -29,10 +30,9 @@ def host_calls_per_step(job: Job) -> float:
     def calls(w: Work) -> int:
         return sum(op.host_calls for op in (*w.fwd, *w.bwd, *w.recompute))
 
-    moe = m.num_moe_layers if m.is_moe else 0
-    per_mb = ((m.num_layers - moe) * calls(layer_work(m, shard, False)) + moe * calls(layer_work(m, shard, True))
-              + calls(embedding_work(m, shard)) + calls(head_work(m, shard)))
-    return per_mb * job.num_microbatches
+    layers = sum(n * calls(layer_work(m, shard.with_recompute(mode), moe))
+                 for (moe, mode), n in stage_layer_counts(job, 0).items())
+    return (layers + calls(embedding_work(m, shard)) + calls(head_work(m, shard))) * job.num_microbatches
 
 
 def host_op_samples(folder: str = "gpu-h100") -> dict[str, list[float]]:

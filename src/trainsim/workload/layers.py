@@ -34,7 +34,7 @@ from trainsim.workload.ops import (
 )
 
 if TYPE_CHECKING:
-    from trainsim.spec.framework import SelectiveRecompute
+    from trainsim.spec.framework import MoeExpertLaunch, SelectiveRecompute
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
 
@@ -75,7 +75,7 @@ class Shard:
     selective: SelectiveRecompute = "core_attention"  # what "selective" recomputes: Megatron's core attention or
     # torchtitan's op-level checkpointing ("op")
     p2p_split: bool = True  # a pipeline transfer carries this TP rank's share only (WHOLE_TENSOR_P2P_ENGINES: not)
-    moe_expert_launch: str = "cpp_loop"  # Framework.moe_expert_launch: how the local experts' GEMMs are issued
+    moe_expert_launch: MoeExpertLaunch = "cpp_loop"  # how the local experts are issued (Framework)
 
     def op_sac(self, model: Model, moe: bool) -> bool:
         """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
