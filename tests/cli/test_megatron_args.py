@@ -283,3 +283,20 @@ def test_moe_launch_lines_issue_experts_as_megatron_does(tmp_path, capsys):
     assert g["iteration_time_s"] < d["iteration_time_s"]  # 8 local experts issued from C++, not from Python
     assert g["moe"]["per_stage"][0]["per_iteration"]["host_wait_s"] < d["moe"]["per_stage"][0]["per_iteration"][
         "host_wait_s"]
+
+
+def test_flash_attention_kernels_from_the_command_line(tmp_path, capsys):
+    """--flash-kernel picks the library (FlashAttention-2 is slower on an H100, not on an A100); Megatron-DeepSpeed's
+    --use-flash-attn-v2 runs flash-attn 2 in place of its local attention."""
+    base = ["predict", "--model", "llama3-8b", "--num-gpus", "8", "--global-batch-size", "16", "--json"]
+    h100 = {k: _predict([*base, "--system", "dgx-h100", "--flash-kernel", k], capsys) for k in ("cudnn", "fa2")}
+    a100 = {k: _predict([*base, "--system", "dgx-a100", "--flash-kernel", k], capsys) for k in ("cudnn", "fa2")}
+    assert h100["fa2"]["job"]["framework"]["flash_kernel"] == "fa2"
+    assert h100["fa2"]["iteration_time_s"] > 1.03 * h100["cudnn"]["iteration_time_s"]
+    assert a100["fa2"]["iteration_time_s"] == a100["cudnn"]["iteration_time_s"]
+    script = tmp_path / "mds.sh"
+    script.write_text("deepspeed pretrain_gpt.py --num-layers 4 --hidden-size 2048 --num-attention-heads 16 "
+                      "--seq-length 4096 --micro-batch-size 1 --global-batch-size 8 --vocab-size 32000 --bf16 "
+                      "--use-flash-attn-v2 --deepspeed\n")
+    d = _predict(["predict", "--megatron-args", str(script), "--json"], capsys)
+    assert d["job"]["framework"]["flash_kernel"] == "fa2" and d["job"]["attention"] == "flash"

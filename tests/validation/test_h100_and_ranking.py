@@ -27,6 +27,11 @@ def test_measured_rows_read_the_gpu_attention_path_and_compilation():
     eager = run_of(base | dict(attn_implementation="eager", gpu="NVIDIA H200 (132 SMs, 139.8 GiB)"), "h200")
     assert eager.job.system.name == "hgx-h200" and eager.job.attention_path == "eager" and eager.id == "h200_x"
     assert run_of(base | dict(compile=True)).job.framework.torch_compile
+    # SDPA runs the kernel library of the PyTorch the line names: cuDNN from 2.11, FlashAttention-2 before
+    assert run_of(base | dict(attn_implementation="sdpa", software="PyTorch 2.11.0+cu130, transformers 5.17.0")
+                  ).job.framework.flash_kernel == "cudnn"
+    assert run_of(base | dict(attn_implementation="sdpa", software="PyTorch 2.4.1, transformers 4.44.0")
+                  ).job.framework.flash_kernel == "fa2"
     with pytest.raises(ValueError, match="gpu"):
         system_of({"gpu": "NVIDIA A40"})
 

@@ -604,14 +604,16 @@ def test_zero_stage_named_in_the_text(tmp_path, cells, stage, where):
         assert f"zero {stage} (named in the {where})" in m.assumptions
 
 
-@pytest.mark.parametrize(("notes", "path"), [
-    ('attn_implementation="eager", gradient checkpointing', "eager"),
-    ("attn_implementation=sdpa", "flash"),
-    ("FlashAttention-2", "flash"),
+@pytest.mark.parametrize(("notes", "path", "kernel"), [
+    ('attn_implementation="eager", gradient checkpointing', "eager", "fa2"),
+    ("attn_implementation=sdpa", "flash", "fa2"),  # transformers 4.x's PyTorch: SDPA's flash backend
+    ("FlashAttention-2", "flash", "fa2"),
+    ("attn_implementation=flash_attention_3", "flash", "fa3"),
+    ("cuDNN attention", "flash", "cudnn"),
 ])
-def test_hf_attention_implementation_in_the_notes(tmp_path, notes, path):
+def test_hf_attention_implementation_in_the_notes(tmp_path, notes, path, kernel):
     m = one(tmp_path, source="Hugging Face transformers Trainer", notes=notes, recompute="full")
-    assert m.job.attention_path == path
+    assert m.job.attention_path == path and m.job.framework.flash_kernel == kernel
 
 
 def test_fp8_param_gather_in_the_notes(tmp_path):

@@ -100,6 +100,12 @@ def _recompute_modules(a: MegatronArgs, values: list[str]) -> None:
 FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
 
+def _flash_attn_v2(a: MegatronArgs, v: str | None) -> None:
+    """Megatron-DeepSpeed's ``--use-flash-attn-v2``: flash-attn 2's kernel in CoreAttention."""
+    a.options["attention"] = "flash"
+    a.options["flash_kernel"] = "fa2"
+
+
 def _fsdp(a: MegatronArgs, v: str | None) -> None:
     a.options.setdefault("zero_stage", 3)  # fully sharded unless --data-parallel-sharding-strategy says otherwise
 
@@ -207,6 +213,7 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--recompute-activations": (False, lambda a, v: a.options.__setitem__("recompute_granularity", "selective")),
     "--num-layers-per-virtual-pipeline-stage": (True, _vpp_layers),
     "--use-flash-attn": (False, lambda a, v: a.options.__setitem__("attention", "flash")),
+    "--use-flash-attn-v2": (False, _flash_attn_v2),
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),
@@ -331,7 +338,7 @@ IGNORED_FLAGS = frozenset({
     "--no-mmap-bin-files", "--tiktoken-pattern", "--empty-unused-memory-level", "--embed-layernorm",
     "--sync-tp-duplicated-parameters", "--abort-on-unmet-fused-kernel-constraints", "--kill-switch-path",
     "--moe-eval-capacity-factor", "--moe-min-capacity", "--create-moe-param-group", "--moe-loss-coeff",
-    "--optimizer", "--use-flash-attn-v2", "--no-query-key-layer-scaling", "--attention-dropout-in-fp32",
+    "--optimizer", "--no-query-key-layer-scaling", "--attention-dropout-in-fp32",
     "--no-pipeline-parallel", "--moe-router-score-function", "--moe-router-topk-scaling-factor",
     "--moe-token-drop-policy", "--mscale", "--mscale-all-dim", "--no-persist-layer-norm", "--rotary-scaling-factor",
 })

@@ -6,7 +6,8 @@
   short-``k`` penalty ``k / (k + 64)`` for the prologue/epilogue of each tile.
 - FlashAttention: FLOPs (causal half skipped) at the generation's attention efficiency, scaled by wave quantization of
   128-row query tiles and by head size (smaller heads use the tensor cores less well); the backward pass runs at 0.8
-  of the forward efficiency.
+  of the forward efficiency; a stack's FlashAttention-2 on Hopper/Blackwell runs at
+  :func:`~trainsim.cost.attention_kernels.flash_kernel_factor` of it.
 - Elementwise/norm/softmax kernels: memory-bound, bytes at the achieved HBM bandwidth.
 
 Every kernel also pays :attr:`~trainsim.cost.calibration.Calibration.kernel_overhead_s`.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from trainsim.cost.attention_kernels import flash_kernel_factor
 from trainsim.cost.calibration import Calibration
 from trainsim.spec.system import GPU
 from trainsim.workload.ops import ComputeOp
@@ -74,7 +76,7 @@ def op_time(op: ComputeOp, gpu: GPU, calib: Calibration) -> float:
         eff *= min(1.0, head_dim / 128) ** 0.3
         if op.phase == "bwd":
             eff *= ATTENTION_BWD_RATIO
-        eff *= op.efficiency
+        eff *= op.efficiency * flash_kernel_factor(op.kernel, gpu.generation, head_dim)
         compute_time = op.flops / (_peak(gpu, "bf16" if op.dtype == "fp8" else op.dtype) * eff)
         return max(compute_time, memory_time) + calib.kernel_overhead_s
     compute_time = op.flops / gpu.vector_flops if op.flops else 0.0

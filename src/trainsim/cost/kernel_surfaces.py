@@ -8,7 +8,8 @@ through the existing measured-table machinery (:class:`~trainsim.cost.tables.OpT
 multilinearly on the sweep grid) — no second interpolator.
 
 :class:`SurfaceCostModel` prices a GEMM or attention kernel as ``FLOPs / (η(shape) · peak)`` with ``η`` the measured
-H100 throughput at that shape divided by the H100 datasheet peak of its dtype, times the fitted end-to-end factor
+H100 throughput at that shape divided by the H100 datasheet peak of its dtype (attention: times the stack's kernel
+library against the measured cuDNN, :mod:`trainsim.cost.attention_kernels`), times the fitted end-to-end factor
 ``measured_kernel_scale`` (``measured_fp8_kernel_scale`` for FP8; :mod:`trainsim.cost.calibration`: sustained clocks
 and gaps of a real training step, never kernel shape): on an H100 with factor 1 this *is* the measured time; on
 another Hopper part (H200, H800, GH200) the H100 surface is the shape model, scaled by that GPU's peak.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from trainsim.cost.attention_kernels import flash_kernel_factor
 from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import AnalyticCostModel
 from trainsim.workload.ops import ComputeOp
@@ -141,7 +143,10 @@ class SurfaceCostModel(AnalyticCostModel):
                                                         else op.dtype)
             scale = (self.calibration.measured_fp8_kernel_scale if op.dtype == "fp8"
                      else self.calibration.measured_kernel_scale)
-            t = op.flops / (thr / ref * peak * scale * op.efficiency)
+            eff = op.efficiency
+            if op.kind == "attention" and op.attn is not None:  # the stack's kernel library against cuDNN's
+                eff *= flash_kernel_factor(op.kernel, self.system.gpu.generation, op.attn[4])
+            t = op.flops / (thr / ref * peak * scale * eff)
         self._hits[op] = t
         return t
 

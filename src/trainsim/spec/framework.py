@@ -47,6 +47,8 @@ AttentionPath = Literal["flash", "unfused", "eager"]
 SelectiveRecompute = Literal["core_attention", "op"]
 #: How a stack issues the local experts' GEMMs (Framework.moe_expert_launch).
 MoeExpertLaunch = Literal["python_loop", "cpp_loop", "grouped_kernel"]
+#: The kernel library of a stack's flash attention (Framework.flash_kernel; trainsim.cost.attention_kernels).
+FlashKernel = Literal["cudnn", "fa3", "fa2", "cudnn-blackwell"]
 CrossEntropyImpl = Literal["vocab_parallel", "torch"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
@@ -82,6 +84,13 @@ class Framework(Spec, frozen=True):
                                                         help="flash, fused, unfused or local")] = Field(
         description="Megatron --attention-backend: flash/fused (FlashAttention / cuDNN fused attention, no s² "
                     "tensors), unfused (TE's unfused DotProductAttention), local (Megatron's own DotProductAttention)")
+    flash_kernel: Annotated[FlashKernel, Flag(
+        "--flash-kernel", megatron=False,
+        help="cudnn, fa3, fa2 or cudnn-blackwell: the flash attention kernel library")] = Field(
+        description="the flash attention kernel library: cudnn (cuDNN fused attention: Transformer Engine on Hopper "
+                    "and newer, PyTorch >= 2.11 SDPA), fa3 (FlashAttention-3), fa2 (FlashAttention-2: flash-attn "
+                    "2.x, PyTorch < 2.11 SDPA; about 0.6 of cuDNN's throughput on Hopper and Blackwell) or "
+                    "cudnn-blackwell (cuDNN from Blackwell on, FlashAttention-2 before: torchtitan)")
     masked_softmax_fusion: Annotated[bool, Flag(
         "--no-masked-softmax-fusion", const=False,
         help="eager softmax instead of the fused scale-mask-softmax kernel")] = Field(

@@ -259,7 +259,7 @@ UNMODELLED_OFFLOAD = re.compile(r"\bnvme\b|zero[\s_-]*infinity", re.IGNORECASE)
 #: Not followed by a value that switches the setting off ("gradient_checkpointing=False").
 _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 #: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
-FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy")
+FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel")
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
 #: (Megatron ``arguments.py`` asserts both), so they imply them.
@@ -281,6 +281,12 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     # for Llama before SDPA) or "sdpa" / "flash_attention_2"
     (r"(?i)attn_implementation\W*eager|\beager attention", "attention", "eager"),
     (r"(?i)attn_implementation\W*(?:sdpa|flash_attention_2)|flash[-_ ]?attention[-_ ]?2", "attention", "flash"),
+    # the flash kernel library named (trainsim.cost.attention_kernels): FlashAttention-2 / -3, cuDNN attention
+    (r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b", "attention", "flash"),
+    (r"(?i)flash[-_ ]?attention[-_ ]?2|\bFA-?2\b|--use-flash-attn-v2\b", "flash_kernel", "fa2"),
+    (r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b", "flash_kernel", "fa3"),
+    (r"(?i)cudnn[\s_-]*(?:fused[\s_-]*|flash[\s_-]*)?attention|--attention-backend[=\s]+fused\b", "flash_kernel",
+     "cudnn"),
     (r"--fp8-format\b|--fp8\b", "precision", "fp8"),
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),

@@ -34,7 +34,7 @@ from trainsim.workload.ops import (
 )
 
 if TYPE_CHECKING:
-    from trainsim.spec.framework import MoeExpertLaunch, SelectiveRecompute
+    from trainsim.spec.framework import FlashKernel, MoeExpertLaunch, SelectiveRecompute
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
 
@@ -76,6 +76,7 @@ class Shard:
     # torchtitan's op-level checkpointing ("op")
     p2p_split: bool = True  # a pipeline transfer carries this TP rank's share only (WHOLE_TENSOR_P2P_ENGINES: not)
     moe_expert_launch: MoeExpertLaunch = "cpp_loop"  # how the local experts are issued (Framework)
+    flash_kernel: FlashKernel = "cudnn"  # the flash attention kernel library (Framework.flash_kernel)
 
     def op_sac(self, model: Model, moe: bool) -> bool:
         """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
@@ -188,6 +189,7 @@ def shard_of(job: Job) -> Shard:
         selective=job.framework.selective_recompute,
         p2p_split=job.framework.pipeline_engine not in WHOLE_TENSOR_P2P_ENGINES,
         moe_expert_launch=job.framework.moe_expert_launch,
+        flash_kernel=job.framework.flash_kernel,
     )
 
 
@@ -340,8 +342,9 @@ def core_attention(shard: Shard, model: Model, b: int, heads: int, d: int, dt: s
         masked = shard.fusion.masked_attention  # an explicit causal mask tensor: every block, masked kernels
         name, causal = ("flash_attn_masked", False) if masked else ("flash_attn", model.causal)
         eff = fz.masked_attention_efficiency() if masked else 1.0
-        return ([attention(name, "fwd", b, heads, seq_q, seq_kv, d, causal, adt, eff)],
-                [attention(f"{name}_grad", "bwd", b, heads, seq_q, seq_kv, d, causal, adt, eff)])
+        lib = shard.flash_kernel
+        return ([attention(name, "fwd", b, heads, seq_q, seq_kv, d, causal, adt, eff, lib)],
+                [attention(f"{name}_grad", "bwd", b, heads, seq_q, seq_kv, d, causal, adt, eff, lib)])
     e = shard.act_bytes
     scores = b * heads * seq_q * seq_kv
     sf, sb = fz.softmax_bytes(shard.attention, e)

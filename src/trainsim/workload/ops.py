@@ -108,6 +108,7 @@ class ComputeOp:
     efficiency: float = 1.0  # throughput relative to the plain kernel of this shape (masked attention: < 1)
     host_calls: int = 1  # times the framework's Python issues this op (a loop over local experts: one per expert)
     kernels: int = 1  # kernels the op launches (a C++ loop over local experts: one per expert)
+    kernel: str = ""  # attention: the flash kernel library (Framework.flash_kernel; "" = the modelled one)
 
     def __post_init__(self) -> None:
         if self.role is None:
@@ -227,15 +228,16 @@ def elementwise(name: str, phase: Phase, nbytes: float, flops: float = 0.0, dtyp
 
 
 def attention(name: str, phase: Phase, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int,
-              causal: bool, dtype: str = "bf16", efficiency: float = 1.0) -> ComputeOp:
+              causal: bool, dtype: str = "bf16", efficiency: float = 1.0, kernel: str = "") -> ComputeOp:
     """Fused (Flash) attention. Forward: QKᵀ and PV, 4·b·a·s_q·s_kv·d FLOPs, halved by a causal mask.
     Backward: five matrix products (S recomputed), 2.5× the forward. ``efficiency``: the kernel variant's
     throughput relative to the plain kernel of this shape (an explicit mask tensor: see
-    :func:`trainsim.workload.fusion.masked_attention_efficiency`)."""
+    :func:`trainsim.workload.fusion.masked_attention_efficiency`); ``kernel``: the stack's flash kernel library,
+    priced by :func:`trainsim.cost.attention_kernels.flash_kernel_factor`)."""
     fwd = 4.0 * batch * heads * seq_q * seq_kv * head_dim * (0.5 if causal else 1.0)
     flops = fwd if phase == "fwd" else 2.5 * fwd
     size = DTYPE_BYTES[dtype]
     io = batch * heads * head_dim * (seq_q * 2 + seq_kv * 2) * size  # Q, O (+K, V) once; dO, dQ... similar
     nbytes = io if phase == "fwd" else 2.5 * io
     return ComputeOp(name, "attention", phase, flops, nbytes, dtype,
-                     attn=(batch, heads, seq_q, seq_kv, head_dim, causal), efficiency=efficiency)
+                     attn=(batch, heads, seq_q, seq_kv, head_dim, causal), efficiency=efficiency, kernel=kernel)

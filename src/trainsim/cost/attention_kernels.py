@@ -1,0 +1,88 @@
+"""Which flash-attention kernel library a stack runs, and what it costs on each GPU generation.
+
+trainsim's Hopper attention surface is measured with cuDNN's fused attention (PyTorch 2.11 SDPA on one H100,
+:mod:`trainsim.cost.kernel_surfaces`), and Blackwell inherits its large-kernel efficiency. Transformer Engine picks
+cuDNN on Hopper and newer, but many stacks run FlashAttention-2 there (``flash-attn`` 2.x, or PyTorch's SDPA
+"flash" backend, which is the same kernel): it issues Ampere's ``mma.sync`` instructions, not Hopper's ``wgmma``,
+and reaches about 0.6 of cuDNN's throughput at head dimension 128 (``trainsim/data/kernels``: the FlashAttention-3
+paper's H100 kernel benchmark, ratio only). :func:`flash_kernel_factor` is that relative throughput for an op's
+kernel library (:attr:`~trainsim.workload.ops.ComputeOp.kernel`) on a GPU generation; both the analytic roofline
+and the measured surface multiply the attention efficiency by it. Ampere is calibrated on the stacks of its own
+era, whatever their library, so the factor is 1 there.
+
+Kernel libraries (``Framework.flash_kernel``):
+
+- ``cudnn``: cuDNN fused attention (Transformer Engine on Hopper+, PyTorch >= 2.11 SDPA on sm90/sm100);
+- ``fa3``: FlashAttention-3 (Hopper kernels; at least cuDNN's throughput in the same benchmark, priced as cuDNN);
+- ``fa2``: FlashAttention-2 on every GPU;
+- ``cudnn-blackwell``: cuDNN from Blackwell on, FlashAttention-2 before (torchtitan's SDPA backend list).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from functools import cache
+from importlib import resources
+from itertools import pairwise
+
+from trainsim.spec.framework import FlashKernel
+
+#: GPU generations whose tensor cores FlashAttention-2 cannot drive at full rate (wgmma / tcgen05 parts).
+ASYNC_MMA_GENERATIONS = frozenset({"hopper", "blackwell"})
+TABLE = ("data", "kernels", "flash-attention-h100.csv")
+
+
+@cache
+def fa2_ratios() -> tuple[tuple[int, float], ...]:
+    """FlashAttention-2 / cuDNN forward throughput on the H100 per head dimension (median over the benchmark's
+    sequence lengths and masks), ascending by head dimension."""
+    text = resources.files("trainsim").joinpath(*TABLE).read_text()
+    by_dim: dict[int, list[float]] = {}
+    for r in csv.DictReader(text.splitlines()):
+        by_dim.setdefault(int(r["head_dim"]), []).append(float(r["fa2_tflops"]) / float(r["cudnn_tflops"]))
+    return tuple((d, statistics.median(v)) for d, v in sorted(by_dim.items()))
+
+
+def fa2_ratio(head_dim: int) -> float:
+    """FlashAttention-2's throughput relative to cuDNN's at ``head_dim`` on Hopper: linear between the measured
+    head dimensions, the nearest one outside them."""
+    points = fa2_ratios()
+    if head_dim <= points[0][0]:
+        return points[0][1]
+    for (d0, r0), (d1, r1) in pairwise(points):
+        if head_dim <= d1:
+            return r0 + (r1 - r0) * (head_dim - d0) / (d1 - d0)
+    return points[-1][1]
+
+
+def runs_fa2(kernel: FlashKernel | str, generation: str) -> bool:
+    """Whether a stack with this flash-kernel library runs FlashAttention-2 on a GPU of ``generation``."""
+    if kernel == "fa2":
+        return True
+    return kernel == "cudnn-blackwell" and generation != "blackwell"
+
+
+@cache
+def flash_kernel_factor(kernel: str, generation: str, head_dim: int) -> float:
+    """Throughput of the stack's flash kernel relative to the modelled one (cuDNN on Hopper and newer, the
+    calibrated kernel on older GPUs): :func:`fa2_ratio` where FlashAttention-2 runs on a Hopper or Blackwell part,
+    else 1."""
+    if generation in ASYNC_MMA_GENERATIONS and runs_fa2(kernel, generation):
+        return fa2_ratio(head_dim)
+    return 1.0
+
+
+#: The first PyTorch release whose bundled cuDNN (> 9.15) makes SDPA prefer cuDNN attention on sm90/sm100.
+SDPA_CUDNN_TORCH = (2, 11)
+
+
+def sdpa_kernel(torch_version: str) -> FlashKernel:
+    """The kernel library PyTorch's ``scaled_dot_product_attention`` runs on Hopper for ``torch_version`` (text
+    such as ``"2.11.0+cu130"`` or ``"PyTorch 2.5.1"``): cuDNN from :data:`SDPA_CUDNN_TORCH` on (aten
+    ``sdp_utils.cpp`` ``check_prefer_cudnn_attention``), its flash backend (FlashAttention-2) before."""
+    m = re.search(r"(\d+)\.(\d+)", torch_version)
+    if m is None:
+        raise ValueError(f"torch version: cannot read {torch_version!r}; give it as MAJOR.MINOR, e.g. 2.11")
+    return "cudnn" if (int(m.group(1)), int(m.group(2))) >= SDPA_CUDNN_TORCH else "fa2"

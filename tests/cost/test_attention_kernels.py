@@ -1,0 +1,68 @@
+"""The flash kernel library of a stack and its price per GPU generation (trainsim.cost.attention_kernels)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost.attention_kernels import fa2_ratio, fa2_ratios, flash_kernel_factor, sdpa_kernel
+from trainsim.cost.calibration import Calibration
+from trainsim.cost.compute import op_time
+from trainsim.cost.job_costs import default_cost_model
+from trainsim.spec import Job, Training, load_model, load_system
+from trainsim.spec.framework import load_framework
+from trainsim.workload.ops import attention
+
+
+def _op(kernel: str, head_dim: int = 128, phase: str = "fwd"):
+    return attention("flash_attn", phase, 2, 32, 8192, 8192, head_dim, True, "bf16", 1.0, kernel)  # type: ignore[arg-type]
+
+
+def test_the_fa2_ratio_comes_from_the_packaged_benchmark_and_falls_with_the_head_dimension():
+    ratios = dict(fa2_ratios())
+    assert sorted(ratios) == [64, 128, 256]
+    assert all(0.5 < r < 0.9 for r in ratios.values())
+    assert ratios[64] > ratios[128] > ratios[256]
+    assert fa2_ratio(96) == pytest.approx((ratios[64] + ratios[128]) / 2)
+    assert fa2_ratio(32) == ratios[64] and fa2_ratio(512) == ratios[256]
+
+
+@pytest.mark.parametrize(("kernel", "generation", "fa2"), [
+    ("fa2", "ampere", False), ("cudnn", "ampere", False), ("cudnn-blackwell", "ampere", False),
+    ("fa2", "hopper", True), ("fa2", "blackwell", True), ("cudnn", "hopper", False), ("fa3", "hopper", False),
+    ("cudnn-blackwell", "hopper", True), ("cudnn-blackwell", "blackwell", False), ("fa2", "default", False),
+])
+def test_flash_attention_2_is_slower_only_on_parts_with_asynchronous_tensor_cores(kernel, generation, fa2):
+    assert flash_kernel_factor(kernel, generation, 128) == (pytest.approx(fa2_ratio(128)) if fa2 else 1.0)
+
+
+def test_pytorch_sdpa_prefers_cudnn_from_2_11():
+    assert sdpa_kernel("2.11.0+cu130") == "cudnn" and sdpa_kernel("PyTorch 2.13") == "cudnn"
+    assert sdpa_kernel("2.10.1") == "fa2" and sdpa_kernel("1.13") == "fa2"
+    with pytest.raises(ValueError, match="torch version"):
+        sdpa_kernel("nightly")
+
+
+def test_both_kernel_models_price_the_library():
+    calib = Calibration()
+    h100, a100 = load_system("dgx-h100").gpu, load_system("dgx-a100").gpu
+    for phase in ("fwd", "bwd"):
+        fast, slow = op_time(_op("cudnn", phase=phase), h100, calib), op_time(_op("fa2", phase=phase), h100, calib)
+        overhead = calib.kernel_overhead_s
+        assert (slow - overhead) == pytest.approx((fast - overhead) / fa2_ratio(128), rel=1e-9)
+        assert op_time(_op("cudnn", phase=phase), a100, calib) == op_time(_op("fa2", phase=phase), a100, calib)
+    job = Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), training=Training(global_batch_size=8),
+              num_gpus=8)
+    surface = default_cost_model(job, calib)  # the measured (cuDNN) H100 surface
+    assert surface.compute(_op("fa2")) == pytest.approx(surface.compute(_op("cudnn")) / fa2_ratio(128), rel=1e-9)
+    assert surface.compute(_op("fa3")) == surface.compute(_op("cudnn"))
+
+
+@pytest.mark.parametrize(("name", "kernel"), [
+    ("megatron-core", "cudnn"), ("nemo", "cudnn"), ("hf-transformers", "fa2"), ("hf-transformers@5", "cudnn"),
+    ("fsdp", "fa2"), ("llm-foundry", "fa2"), ("deepspeed", "fa2"), ("megatron-deepspeed", "fa2"),
+    ("torchtitan", "cudnn-blackwell"), ("torchtitan@2024", "fa2"), ("meta-llama3", "fa2"),
+])
+def test_profiles_name_their_flash_kernel_library_with_a_source(name, kernel):
+    fw = load_framework(name)
+    assert fw.flash_kernel == kernel
+    assert fw.sources["flash_kernel"]
