@@ -616,6 +616,17 @@ def test_hf_attention_implementation_in_the_notes(tmp_path, notes, path, kernel)
     assert m.job.attention_path == path and m.job.framework.flash_kernel == kernel
 
 
+@pytest.mark.parametrize(("source", "notes", "kernel"), [
+    ("Hugging Face transformers Trainer", "PyTorch 2.11.0, sdpa", "cudnn"),
+    ("PyTorch FSDP", "torch==2.4.1", "fa2"),
+    ("Hugging Face transformers Trainer", "torch 2.11, attn_implementation=flash_attention_2", "fa2"),  # named
+    ("torchtitan 2025", "PyTorch 2.11", "cudnn-blackwell"),  # its own SDPA backend list, whatever the release
+])
+def test_the_pytorch_release_decides_sdpa_attention(tmp_path, source, notes, kernel):
+    m = one(tmp_path, source=source, notes=notes, recompute="full")
+    assert m.job.framework.flash_kernel == kernel
+
+
 def test_fp8_param_gather_in_the_notes(tmp_path):
     m = one(tmp_path, source="NeMo 24.07 performance summary", precision="fp8", notes="fp8_param_gather=True")
     assert m.job.training.fp8_param_gather and m.job.training.zero_stage == 1

@@ -260,6 +260,12 @@ UNMODELLED_OFFLOAD = re.compile(r"\bnvme\b|zero[\s_-]*infinity", re.IGNORECASE)
 _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 #: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
 FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel")
+#: Stacks whose flash attention is PyTorch's SDPA with its default backend order (transformers models), so the
+#: PyTorch version a row names decides the kernel library (trainsim.cost.attention_kernels.sdpa_kernel); torchtitan
+#: passes its own backend list and llm-foundry calls flash-attn directly.
+SDPA_STACKS = frozenset({"hf-transformers", "fsdp", "deepspeed"})
+#: A PyTorch version written in a row's text ("PyTorch 2.11", "torch==2.4.1", "torch 2.5").
+TORCH_VERSION = re.compile(r"(?i)\b(?:pytorch|torch)\s*(?:==|v)?\s*(\d+\.\d+)(?:\.\d+)?\b")
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
 #: (Megatron ``arguments.py`` asserts both), so they imply them.

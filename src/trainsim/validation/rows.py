@@ -54,6 +54,7 @@ from typing import Any
 
 import pandas as pd
 
+from trainsim.cost.attention_kernels import sdpa_kernel
 from trainsim.errors import TrainsimError
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
@@ -82,7 +83,9 @@ from trainsim.validation.row_rules import (
     NO_DROPOUT_GPT_FRAMEWORKS,
     NON_TRANSFORMER_NAME,
     NVL_TRAY_GPUS,
+    SDPA_STACKS,
     SYSTEM_FOR_GPU_KEY,
+    TORCH_VERSION,
     UNMODELLED_OFFLOAD,
     Family,
     family_of,
@@ -563,6 +566,11 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     if switched:  # torch.compile / CUDA graphs named in the notes
         framework = framework.replace(**switched)
     amp_note: list[str] = []
+    torch_version = TORCH_VERSION.search(notes) or TORCH_VERSION.search(_text(row, "source") or "")
+    if torch_version and "flash_kernel" not in stated and framework.name in SDPA_STACKS:
+        # SDPA's backend order depends on the PyTorch release: cuDNN attention from 2.11 on, its flash kernel before
+        framework = framework.replace(flash_kernel=sdpa_kernel(torch_version.group(1)))
+        amp_note.append(f"flash kernel {framework.flash_kernel} (SDPA under PyTorch {torch_version.group(1)})")
     if framework.main_params_dtype == "param" and _MIXED_UNNAMED.search(_text(row, "precision") or ""):
         # automatic mixed precision (torch.autocast) keeps the model's parameters, gradients and optimizer states in
         # fp32 and computes in 16-bit: not the stack's bf16-parameter default
