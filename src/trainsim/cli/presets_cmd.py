@@ -41,7 +41,9 @@ def presets_command(
         rows = []
         for f in rows_f:
             values = {"name": f.name, "version": ", ".join(preset_versions(f.name)), "layers": f.transformer_impl,
-                      "attention": f.attention_backend, "optimizer": f.optimizer_impl,
+                      "attention": f.attention_backend + (f" ({f.flash_kernel})" if f.attention_backend == "flash"
+                                                          else ""),
+                      "optimizer": f.optimizer_impl,
                       "master/states": f"{f.main_params_dtype}/{f.exp_avg_dtype}",
                       "DP engine": f.dp_engine + (f" / {f.sharded_engine}" if f.sharded_engine else ""),
                       "pipeline": f.pipeline_engine}
