@@ -13,7 +13,6 @@ every layer (Megatron ``uniform``/1, HF gradient checkpointing).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -27,7 +26,7 @@ from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.presets import load_system
 from trainsim.spec.training import Training
 from trainsim.validation.measurements import Measurement
-from trainsim.validation.row_rules import system_for_gpu
+from trainsim.validation.row_rules import TORCH_VERSION, system_for_gpu
 
 FRAMEWORK_OF = {"megatron-core": "megatron-core-local", "hf-transformers": "hf-transformers"}
 SOURCE = "h100"
@@ -96,7 +95,7 @@ def run_of(r: dict, source: str = SOURCE) -> H100Run:  # type: ignore[type-arg]
     fw = load_framework(FRAMEWORK_OF[r["framework"]] + _stack_version(r))
     if r.get("compile"):
         fw = fw.replace(torch_compile=True)
-    torch_version = re.search(r"PyTorch (\S+)", str(r.get("software", "")))
+    torch_version = TORCH_VERSION.search(str(r.get("software", "")))
     if torch_version and r.get("attn_implementation") == "sdpa":
         fw = fw.replace(flash_kernel=sdpa_kernel(torch_version.group(1)))
     attention = "eager" if r.get("attn_implementation") == "eager" else None
