@@ -300,3 +300,13 @@ def test_flash_attention_kernels_from_the_command_line(tmp_path, capsys):
                       "--use-flash-attn-v2 --deepspeed\n")
     d = _predict(["predict", "--megatron-args", str(script), "--json"], capsys)
     assert d["job"]["framework"]["flash_kernel"] == "fa2" and d["job"]["attention"] == "flash"
+
+
+def test_ds_sequence_parallel_size_is_ulysses_context_parallelism(tmp_path, capsys):
+    script = tmp_path / "ulysses.sh"
+    script.write_text("deepspeed pretrain_gpt.py --num-layers 4 --hidden-size 2048 --num-attention-heads 16 "
+                      "--seq-length 32768 --micro-batch-size 1 --global-batch-size 8 --vocab-size 32000 --bf16 "
+                      "--ds-sequence-parallel-size 4 --use-flash-attn-v2 --deepspeed\n")
+    d = _predict(["predict", "--megatron-args", str(script), "--json"], capsys)
+    assert d["job"]["cp"] == 4 and d["job"]["framework"]["cp_comm_type"] == "a2a"
+    assert d["breakdown_s"]["cp_comm"] > 0

@@ -838,3 +838,21 @@ def test_first_year_reads_four_digits_and_venue_years():
 
     assert first_year("SC'21 then 2023") == 2021 and first_year("MLSys 2023, SC21") == 2023
     assert first_year("NeurIPS 22") == 2022 and first_year("no year") is None
+
+
+def test_deepspeed_ulysses_sequence_parallel_runs_are_accepted(tmp_path):
+    """A DeepSpeed-Ulysses run (sequence parallelism by all-to-all) is Megatron-DeepSpeed with context parallelism
+    over its all-to-all, and "flash attention" in the notes is the flash path."""
+    m = one(tmp_path, source="DeepSpeed-Ulysses (Jacobs et al. 2023)", L=32, h=4096, heads=32, seq=131072,
+            global_batch=1, cp=8, num_gpus=8, gpu="A100-SXM4-80GB", zero="3",
+            notes="Ulysses sequence parallelism, flash attention")
+    fw = m.job.framework
+    assert fw.name == "megatron-deepspeed" and fw.supports_cp and fw.cp_comm_type == "a2a"
+    assert m.job.parallelism.cp == 8 and m.job.attention_path == "flash" and m.job.training.zero_stage == 3
+
+
+@pytest.mark.parametrize(("notes", "comm"), [("--cp-comm-type all_gather", "allgather"), ("--cp-comm-type a2a", "a2a"),
+                                             ("DeepSpeed-Ulysses style all-to-all", "a2a")])
+def test_context_parallel_communication_in_the_notes(tmp_path, notes, comm):
+    m = one(tmp_path, source="Megatron-Core 2024", seq=16384, cp=2, global_batch=8, notes=notes)
+    assert m.job.framework.cp_comm_type == comm

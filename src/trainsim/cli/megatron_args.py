@@ -106,6 +106,12 @@ def _flash_attn_v2(a: MegatronArgs, v: str | None) -> None:
     a.options["flash_kernel"] = "fa2"
 
 
+def _ds_sequence_parallel(a: MegatronArgs, v: str | None) -> None:
+    """Megatron-DeepSpeed's ``--ds-sequence-parallel-size``: DeepSpeed-Ulysses, context parallelism by all-to-all."""
+    a.options["cp"] = _int_value("--ds-sequence-parallel-size", v)
+    a.options["cp_comm_type"] = "a2a"
+
+
 def _fsdp(a: MegatronArgs, v: str | None) -> None:
     a.options.setdefault("zero_stage", 3)  # fully sharded unless --data-parallel-sharding-strategy says otherwise
 
@@ -214,6 +220,7 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--num-layers-per-virtual-pipeline-stage": (True, _vpp_layers),
     "--use-flash-attn": (False, lambda a, v: a.options.__setitem__("attention", "flash")),
     "--use-flash-attn-v2": (False, _flash_attn_v2),
+    "--ds-sequence-parallel-size": (True, _ds_sequence_parallel),
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),

@@ -652,6 +652,8 @@ def generic_rules_lines() -> list[str]:
         "  sets the profile's `flash_kernel`; else a PyTorch release named in the notes or source (`PyTorch 2.11`,",
         "  `torch==2.4.1`) decides it for the stacks that attend through SDPA's default backend order ("
         + ", ".join(f"`{n}`" for n in sorted(SDPA_STACKS)) + "): cuDNN from 2.11 on, FlashAttention-2 before.",
+        "  FlashAttention named without a version selects the flash path; `--cp-comm-type` and DeepSpeed-Ulysses",
+        "  (`Ulysses`, `--ds-sequence-parallel-size`) set the context-parallel communication (`a2a` for Ulysses).",
         "- **Empty cells**: " + ", ".join(f"{k}={v}" for k, v in ROW_DEFAULTS.items()) + ";",
         f"  per framework: {fw_defaults}.",
         "  `zero`, the overlap flags, the gradient-reduce dtype and the attention path come from the profile",

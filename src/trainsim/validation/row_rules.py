@@ -259,7 +259,7 @@ UNMODELLED_OFFLOAD = re.compile(r"\bnvme\b|zero[\s_-]*infinity", re.IGNORECASE)
 #: Not followed by a value that switches the setting off ("gradient_checkpointing=False").
 _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 #: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
-FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel")
+FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel", "cp_comm_type")
 #: Stacks whose flash attention is PyTorch's SDPA with its default backend order (transformers models), so the
 #: PyTorch version a row names decides the kernel library (trainsim.cost.attention_kernels.sdpa_kernel); torchtitan
 #: passes its own backend list and llm-foundry calls flash-attn directly.
@@ -287,12 +287,18 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     # for Llama before SDPA) or "sdpa" / "flash_attention_2"
     (r"(?i)attn_implementation\W*eager|\beager attention", "attention", "eager"),
     (r"(?i)attn_implementation\W*(?:sdpa|flash_attention_2)|flash[-_ ]?attention[-_ ]?2", "attention", "flash"),
+    # FlashAttention named without a version ("flash attention", "FlashAttention", "flash-attn")
+    (r"(?i)\bflash[-_ ]?(?:attention|attn)\b", "attention", "flash"),
     # the flash kernel library named (trainsim.cost.attention_kernels): FlashAttention-2 / -3, cuDNN attention
     (r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b", "attention", "flash"),
-    (r"(?i)flash[-_ ]?attention[-_ ]?2|\bFA-?2\b|--use-flash-attn-v2\b", "flash_kernel", "fa2"),
+    (r"(?i)flash[-_ ]?attention[-_ ]?2|flash[-_ ]?attn[-_ ]?v?2\b|\bFA-?2\b|--use-flash-attn-v2\b", "flash_kernel",
+     "fa2"),
     (r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b", "flash_kernel", "fa3"),
     (r"(?i)cudnn[\s_-]*(?:fused[\s_-]*|flash[\s_-]*)?attention|--attention-backend[=\s]+fused\b", "flash_kernel",
      "cudnn"),
+    # context parallelism's communication: Megatron's --cp-comm-type, DeepSpeed-Ulysses' all-to-all
+    (r"--cp-comm-type[=\s]+(p2p|all_gather|allgather|a2a)\b", "cp_comm_type", None),
+    (r"(?i)\bulysses\b|--ds-sequence-parallel-size\b", "cp_comm_type", "a2a"),
     (r"--fp8-format\b|--fp8\b", "precision", "fp8"),
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),
