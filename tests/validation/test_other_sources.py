@@ -578,15 +578,18 @@ def test_global_batch_not_a_multiple_of_dp_is_compared_at_the_measured_throughpu
 
 
 def test_unstated_zero_turns_on_the_distributed_optimizer_only_when_the_run_would_not_fit(tmp_path):
-    """A run that ran fit: with the optimizer states replicated a 13B model on 8 H100s cannot, so the unstated
-    stage becomes Megatron's distributed optimizer (it costs no compute, recomputation comes after it)."""
-    big = {"model": "GPT 13B", "L": 40, "h": 5120, "heads": 40, "source": "Megatron-Core scaling", "num_gpus": 8,
+    """A run that ran fit: with the optimizer states replicated a 7B model on 8 H100s cannot, so the unstated
+    stage becomes Megatron's distributed optimizer (it costs no compute, recomputation comes after it); a 13B model
+    does not fit even so (fp32 gradient buffer, 16-bit weights), so it runs Megatron-FSDP (ZeRO-3)."""
+    big = {"model": "GPT 7B", "L": 32, "h": 4096, "heads": 32, "source": "Megatron-Core scaling", "num_gpus": 8,
            "global_batch": 16}
     m = one(tmp_path, **big)
     assert m.job.training.zero_stage == 1
     assert any(a.startswith("zero 1 (unstated") for a in m.assumptions)
     stated = one(tmp_path, **big, zero="none")  # a stated stage is kept, even when it does not fit
     assert stated.job.training.zero_stage == 0
+    bigger = one(tmp_path, **big | {"model": "GPT 13B", "L": 40, "h": 5120, "heads": 40})
+    assert bigger.job.training.zero_stage == 3 and any("fully sharded" in a for a in bigger.assumptions)
     small = one(tmp_path, source="Megatron-Core scaling")  # 1.3B fits with the profile's default
     assert small.job.training.zero_stage == 0 and any("profile's default stage" in a for a in small.assumptions)
 
@@ -856,3 +859,17 @@ def test_deepspeed_ulysses_sequence_parallel_runs_are_accepted(tmp_path):
 def test_context_parallel_communication_in_the_notes(tmp_path, notes, comm):
     m = one(tmp_path, source="Megatron-Core 2024", seq=16384, cp=2, global_batch=8, notes=notes)
     assert m.job.framework.cp_comm_type == comm
+
+
+def test_a_run_that_only_fits_fully_sharded_gets_the_stacks_fsdp(tmp_path):
+    """Llama 3 70B on 64 GB200 without TP/PP fits only fully sharded: an unstated stage becomes Megatron-FSDP
+    (ZeRO-3) after the distributed optimizer and recomputation fail; "FSDP = 1" in the notes names it."""
+    cells = dict(source="NeMo 25.07 performance summary", model="Llama 3 70B", L=80, h=8192, heads=64, kv_heads=8,
+                 ffn=28672, vocab=128256, seq=8192, global_batch=128, micro_batch=1, gpu="GB200", num_gpus=64,
+                 precision="fp8")
+    unstated = one(tmp_path, **cells)
+    assert unstated.job.training.zero_stage == 3 and any("fully sharded" in a for a in unstated.assumptions)
+    named = one(tmp_path, **cells, notes="FSDP = 1")
+    assert named.job.training.zero_stage == 3 and "zero 3 (named in the notes)" in named.assumptions
+    assert one(tmp_path, **cells | {"model": "Llama 3 8B", "L": 32, "h": 4096, "heads": 32, "ffn": 14336,
+                                    "num_gpus": 8}).job.training.zero_stage == 1  # fits with the optimizer sharded

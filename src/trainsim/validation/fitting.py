@@ -122,7 +122,8 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
     """The row's job with its unstated choices made so that it fits in memory (the run ran): the distributed
     optimizer (:func:`sharded_optimizer_if_needed`), the lightest recomputation (:func:`recompute_that_fits`) and,
     for the stacks that run the local batch at once, the largest micro-batch that divides it (halving from the
-    local batch)."""
+    local batch); a run that still does not fit with an unstated stage gets the stack's fully sharded engine
+    (ZeRO-3) when the stack offers it."""
     from trainsim.predictor import memory_report
 
     def settle(tr: Training) -> tuple[Job, str | None, str | None]:
@@ -136,11 +137,22 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
     while free_mbs and mbs > 1 and not memory_report(job).fits:
         mbs = next(m for m in range(mbs // 2, 0, -1) if training.micro_batch_size % m == 0)
         job, why, why_zero = settle(training.replace(micro_batch_size=mbs))
+    sharded = None
+    if free_zero and not memory_report(job).fits and job.framework.max_zero_stage >= 3 and (
+            job.parallelism.pp == 1 or job.framework.max_zero_stage_with_pp >= 3) and job.dp > 1:
+        # still short of memory with the distributed optimizer: the stack's fully sharded engine (ZeRO-3,
+        # Megatron-FSDP, FSDP), the last resort before calling a run that ran out of memory
+        full, why3, _ = settle(training.replace(micro_batch_size=mbs, zero_stage=3))
+        if memory_report(full).fits:
+            job, why, why_zero = full, why3, None
+            sharded = "zero 3 (unstated; the stack's fully sharded engine, without which the run would not fit)"
     if free_mbs and mbs != training.micro_batch_size:
         notes = [f"micro_batch {mbs} (unstated; the local batch of {training.micro_batch_size} would not fit)"
                  if n.startswith("micro_batch ") else n for n in notes]
     if why is not None:
         notes = [why if n.startswith("recompute ") else n for n in notes]
+    if sharded is not None:
+        notes = [n for n in notes if not n.startswith("zero ")] + [sharded]
     return job, notes + ([why_zero] if why_zero else [])
 
 

@@ -315,6 +315,9 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"\bEP[\s=:]*(\d+)\b", "ep", None),  # "EP64", "EP 8" (case-sensitive: the usual abbreviation)
     (r"--expert-tensor-parallel-size[=\s]+(\d+)", "etp", None),
     (r"--zero-stage[=\s]+([0-3])\b", "zero", None),
+    # Megatron-Core's fully sharded data parallelism (NeMo / Megatron-Bridge tables: "FSDP = 1")
+    (r"(?i)megatron[-_ ]?fsdp|--use-megatron-fsdp\b|--use-custom-fsdp\b|--use-torch-fsdp2\b|\bfsdp\s*[=:]\s*1\b",
+     "zero", 3),
     (r"(?i)\bzero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", "zero", None),  # "ZeRO-3", "ZeRO stage 2"
     # activation checkpointing in words (Hugging Face gradient_checkpointing, torchtitan's selective / full AC)
     (r"(?i:selective[\s_-]+(?:activation[\s_-]+)?(?:checkpointing|recomput\w*|ac)\b)" + _NOT_OFF, "recompute",
