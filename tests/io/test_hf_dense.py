@@ -130,3 +130,11 @@ def test_transformers_autoconfig_gives_the_same_model(name):
 def test_registry_has_one_entry_per_dense_family():
     for t in ("llama", "gemma2", "phi3small", "falcon", "bloom", "gpt_neox", "gptj", "qwen2"):
         assert t in ARCHITECTURES
+
+
+def test_nemotron_relu2_is_a_squared_relu_mlp():
+    cfg = {"model_type": "nemotron", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 100, "intermediate_size": 256, "hidden_act": "relu2",
+           "rope_theta": 1e4}
+    m = model_from_hf_config(cfg)
+    assert not m.swiglu and m.activation == "squared_relu" and m.mlp_activation == "squared_relu"

@@ -32,7 +32,12 @@ MLA_MOE = LLAMA.replace(name="mla", multi_latent_attention=True, q_lora_rank=32,
                         mtp_num_layers=1)
 QWEN3 = MOE.replace(name="qwen3", qk_layernorm=True, moe_shared_expert_intermediate_size=None)
 
+NEMOTRON = GPT.replace(name="nemotron", activation="squared_relu", add_bias_linear=False,
+                       position_embedding_type="rope")
+
 CASES = [
+    (NEMOTRON, Shard(micro_batch=1, seq=32, tp=2, sequence_parallel=True)),
+    (NEMOTRON.replace(add_bias_linear=True), Shard(micro_batch=1, seq=32)),
     (MLA_MOE, Shard(micro_batch=1, seq=32, tp=2, ep=2, etp=1, sequence_parallel=True,
                     recompute_modules=("mla_up_proj", "moe_act"))),
     (QWEN3, Shard(micro_batch=1, seq=32, ep=2, precision="fp8", fp8_recipe="mxfp8")),

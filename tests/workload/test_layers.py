@@ -89,3 +89,37 @@ def test_deepspeed_pipeline_sends_the_whole_replicated_tensor_from_every_tp_rank
     assert p2p("megatron-core") == tokens_h_bytes / 8
     assert p2p("megatron-deepspeed") == tokens_h_bytes
     assert p2p("megatron-core", sp=True) == p2p("megatron-deepspeed", sp=True) == tokens_h_bytes / 8
+
+
+def test_squared_relu_runs_eager_under_megatron_and_fused_when_compiled():
+    """Megatron-Core fuses only GELU and SwiGLU with their bias: relu(x)² is two eager kernels each way (4 and 6
+    bytes-passes per element against the fused GELU's 2 and 3); torch.compile fuses the chain."""
+    from trainsim.spec.model import Model
+    from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, activation_bytes
+
+    gelu = Model(name="g", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1000,
+                 add_bias_linear=False)
+    relu2 = gelu.replace(activation="squared_relu")
+    shard = Shard(micro_batch=1, seq=512)
+
+    def act(m):
+        w = layer_work(m, shard)
+        return [o for o in (*w.fwd, *w.bwd) if o.name.startswith("mlp_") and o.kind == "elementwise"
+                and ("gelu" in o.name or "relu" in o.name)]
+
+    g, r = act(gelu), act(relu2)
+    assert [o.name for o in r] == ["mlp_squared_relu", "mlp_squared_relu_grad"]
+    assert r[0].bytes == 2 * g[0].bytes and r[1].bytes == 2 * g[1].bytes
+    assert activation_bytes(Fusion(compiled=True), 2.0, "squared_relu", False) == activation_bytes(
+        DEFAULT_FUSION, 2.0, "gelu", False)
+
+
+def test_a_gated_mlp_has_no_other_activation():
+    import pytest
+
+    from trainsim.errors import TrainsimError
+    from trainsim.spec.model import Model
+
+    with pytest.raises(TrainsimError, match=r"model\.activation"):
+        Model(name="x", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1000, swiglu=True,
+              activation="squared_relu")

@@ -53,6 +53,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 _GATED_ACTS = {"silu", "swiglu", "swish", "geglu", "gelu_glu", "gegelu"}
+#: Squared-ReLU activations of non-gated MLPs (Nemotron's HF config: ``hidden_act: relu2``).
+_SQUARED_RELU_ACTS = {"relu2", "squared_relu", "relu_squared"}
 
 Refiner = Callable[[dict[str, Any], dict[str, Any], list[str]], None]
 
@@ -263,6 +265,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
         fields["num_query_groups"] = 1
     act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or cfg.get("activation_function") or "").lower()
     fields["swiglu"] = arch.gated_mlp if arch.gated_mlp is not None else act in _GATED_ACTS
+    if not fields["swiglu"] and act in _SQUARED_RELU_ACTS:
+        fields["activation"] = "squared_relu"
     if "ffn_hidden_size" not in fields and not fields["swiglu"]:
         fields["ffn_hidden_size"] = 4 * int(fields["hidden_size"])
     if fields.get("moe_ffn_hidden_size") and "ffn_hidden_size" not in fields:

@@ -51,6 +51,8 @@ BYTES_PER_ELEMENT: dict[tuple[str, str], Callable[[float], float]] = {
     ("rope", "fwd"): lambda e: 2 * e, ("rope", "bwd"): lambda e: 2 * e,
     ("swiglu", "fwd"): lambda e: 3 * e, ("swiglu", "bwd"): lambda e: 5 * e,
     ("bias_gelu", "fwd"): lambda e: 2 * e, ("bias_gelu", "bwd"): lambda e: 3 * e,
+    ("squared_relu", "fwd"): lambda e: 4 * e, ("squared_relu", "bwd"): lambda e: 6 * e,
+    ("bias_squared_relu", "fwd"): lambda e: 6 * e, ("bias_squared_relu", "bwd"): lambda e: 6 * e,
     ("softmax", "fwd"): lambda e: 2 * e, ("softmax", "bwd"): lambda e: 3 * e,
     ("dropout", "fwd"): lambda e: 2 * e + 1, ("dropout", "bwd"): lambda e: 2 * e + 1,
     ("embedding", "fwd"): lambda e: 3 * e, ("embedding", "bwd"): lambda e: 2 * e + 4,
@@ -316,6 +318,12 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
                 return _Fwd(lambda x, b_: K.swiglu(x, b_), [r(rows, 2 * ffn), r(2 * ffn)], [0, 1], rows * ffn,
                             "swiglu")
             return _Fwd(lambda x: K.swiglu(x), [r(rows, 2 * ffn)], [0], rows * ffn, "swiglu")
+        if base == f"{prefix}_squared_relu":
+            rows, ffn = _ffn(prefix, model, shard)
+            if bias_on:
+                return _Fwd(lambda x, b_: K.squared_relu(x + b_), [r(rows, ffn), r(ffn)], [0, 1], rows * ffn,
+                            "bias_squared_relu")
+            return _Fwd(lambda x: K.squared_relu(x), [r(rows, ffn)], [0], rows * ffn, "squared_relu")
         if base == f"{prefix}_bias_gelu":
             rows, ffn = _ffn(prefix, model, shard)
             if bias_on:

@@ -49,6 +49,11 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
+def squared_relu(x: torch.Tensor) -> torch.Tensor:
+    """``relu(x)²`` as Megatron-Core's ``squared_relu`` runs it (two eager kernels, Nemotron-4)."""
+    return torch.pow(F.relu(x), 2)
+
+
 def swiglu(x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``silu(a) * b`` for ``x = [a, b]`` split on the last dimension (bias added first when given)."""
     if bias is not None:

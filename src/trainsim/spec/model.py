@@ -53,6 +53,9 @@ class Model(Spec, frozen=True):
                                     help="model's maximum sequence length", unit="tokens")] = Field(
         default=2048, gt=0, le=MAX_SEQ_LENGTH, description="default/maximum training sequence length")
     swiglu: Annotated[bool, Flag("--swiglu", help="gated SwiGLU MLP")] = False
+    activation: Annotated[Literal["gelu", "squared_relu"], Flag(
+        "--squared-relu", const="squared_relu", help="squared-ReLU MLP activation (Nemotron)")] = Field(
+        default="gelu", description="activation of a non-gated MLP: gelu, or squared_relu (relu(x)², Nemotron-4)")
     normalization: Annotated[Literal["LayerNorm", "RMSNorm"], Flag("--normalization", help="LayerNorm or RMSNorm")] = (
         "LayerNorm")
     untie_embeddings_and_output_weights: Annotated[bool, Flag(
@@ -160,6 +163,9 @@ class Model(Spec, frozen=True):
                 f"hidden size {self.hidden_size} is not divisible by {heads} heads",
                 "give --kv-channels (head dim) explicitly or change the hidden size",
             )
+        if self.swiglu and self.activation != "gelu":
+            raise TrainsimError("model.activation", f"a gated SwiGLU MLP has no {self.activation} activation",
+                                "drop --swiglu or --squared-relu (Megatron accepts one of them)")
         if self.local_attention != "none" and self.local_attention_size is None:
             raise TrainsimError(
                 "model.local_attention_size",
@@ -199,6 +205,11 @@ class Model(Spec, frozen=True):
     def v_dim(self) -> int:
         """Per-head value dimension (equals :attr:`head_dim` except with MLA)."""
         return self.v_head_dim if self.multi_latent_attention else self.head_dim
+
+    @property
+    def mlp_activation(self) -> str:
+        """The MLP's activation: ``swiglu`` (gated), else :attr:`activation`."""
+        return "swiglu" if self.swiglu else self.activation
 
     @property
     def ffn_size(self) -> int:

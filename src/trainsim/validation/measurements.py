@@ -137,8 +137,9 @@ def _model(row: pd.Series, source: str) -> Model:
                    "untie_embeddings_and_output_weights": True, "add_bias_linear": False,
                    "hidden_dropout": 0.0, "attention_dropout": 0.0}
     elif "nemotron" in lower:
-        fields |= {"swiglu": False, "position_embedding_type": "rope", "untie_embeddings_and_output_weights": True,
-                   "add_bias_linear": False, "hidden_dropout": 0.0, "attention_dropout": 0.0}
+        fields |= {"swiglu": False, "activation": "squared_relu", "position_embedding_type": "rope",
+                   "untie_embeddings_and_output_weights": True, "add_bias_linear": False, "hidden_dropout": 0.0,
+                   "attention_dropout": 0.0}
         vocab = vocab or NEMOTRON_VOCAB
     elif source in ("mlm24", "nemo2407"):
         fields |= {"hidden_dropout": 0.0, "attention_dropout": 0.0}

@@ -422,7 +422,7 @@ class Family:
 
 #: Ordered: first match wins; ``gpt`` matches everything (GELU 4h MLP with biases, learned positions, tied).
 FAMILIES: tuple[Family, ...] = (
-    Family("nemotron", r"nemotron", {"swiglu": False, "position_embedding_type": "rope",
+    Family("nemotron", r"nemotron", {"swiglu": False, "activation": "squared_relu", "position_embedding_type": "rope",
                                      "untie_embeddings_and_output_weights": True, "add_bias_linear": False,
                                      "hidden_dropout": 0.0, "attention_dropout": 0.0}, vocab=256000),
     Family("llama3", r"llama[\s_.-]*3(?!\d)", _LLAMA_LIKE, vocab=128256, gated_ffn=True),

@@ -101,6 +101,7 @@ class Fusion:
     masked_attention: bool = False  # SDPA gets an explicit causal mask tensor (no block skipping, masked kernels)
     attention_output_copy: bool = False  # transformers layout: SDPA's saved [b, a, s, d] output and its contiguous
     # [b, s, a·d] copy for the output projection are two tensors
+    compiled: bool = False  # torch.compile: Inductor fuses any elementwise chain (squared ReLU included)
 
 
 DEFAULT_FUSION = Fusion()
@@ -122,7 +123,7 @@ def fusion_of(job: Job) -> Fusion:
                   grads_fp32=grads_fp32, metric_passes=fw.train_metric_passes or 0,
                   masked_attention=compiled and fw.compiled_causal_mask == "materialized"
                   and job.model.causal,
-                  attention_output_copy=fw.attention_layout == "bhsd")
+                  attention_output_copy=fw.attention_layout == "bhsd", compiled=compiled)
 
 
 #: Measured fwd+bwd SDPA times with ``is_causal``, no mask and an explicit boolean causal mask (one H100).
@@ -148,10 +149,18 @@ def norm_bytes(f: Fusion, e: float, rms: bool) -> tuple[float, float]:
     return 28 + 4 * e, 52 + 9 * e
 
 
-def activation_bytes(f: Fusion, e: float, swiglu: bool, bias: bool) -> tuple[float, float]:
-    """(forward, backward) bytes per FFN element of the activation (bias-GELU or SwiGLU)."""
-    if swiglu:
+def activation_bytes(f: Fusion, e: float, activation: str, bias: bool) -> tuple[float, float]:
+    """(forward, backward) bytes per FFN element of the activation (bias-GELU, SwiGLU or squared ReLU).
+
+    Squared ReLU (``relu(x)²``, Nemotron-4) has no fused kernel in Megatron-Core (``mlp.py``: bias-activation
+    fusion only for GELU and SwiGLU; ``activations.py`` ``squared_relu = torch.pow(F.relu(x), 2)``): two eager
+    kernels forward (``relu``, ``pow``: read and write each, 4 bytes-per-element passes) and their two backward
+    kernels (``pow`` backward reads the gradient and the saved ReLU output and writes, ``relu`` backward likewise:
+    6), a bias its own eager add; one kernel each way only where torch.compile fuses the chain."""
+    if activation == "swiglu":
         return (3 * e, 5 * e) if f.bias_activation else (5 * e, 9 * e)
+    if activation == "squared_relu" and not f.compiled:  # the bias (Megatron adds it after fc1) its own add
+        return 4 * e + (2 * e if bias else 0.0), 6 * e
     if f.bias_activation or not bias:
         return 2 * e, 3 * e
     return 4 * e, 4 * e

@@ -475,11 +475,24 @@ def _behind(op: CommOp, target: ComputeOp | None, anchor: ComputeOp | None = Non
     return dataclasses.replace(op, overlap=Overlap.COMPUTE, behind=target, anchor=anchor, before=before)
 
 
-def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard: Shard,
+#: The activation op of an MLP per activation: (name suffix, forward FLOPs, backward FLOPs per element).
+ACTIVATION_OPS = {"swiglu": ("swiglu", 6.0, 10.0), "gelu": ("bias_gelu", 10.0, 16.0),
+                  "squared_relu": ("squared_relu", 2.0, 3.0)}
+
+
+def activation_ops(shard: Shard, name: str, n: float, activation: str, bias: bool) -> tuple[ComputeOp, ComputeOp]:
+    """The forward and backward op of an MLP activation over ``n`` elements (:data:`ACTIVATION_OPS`, bytes from
+    :func:`trainsim.workload.fusion.activation_bytes`); the one owner for the 1D layer and the SUMMA grid."""
+    suffix, ff, fb = ACTIVATION_OPS[activation]
+    af, ab = fz.activation_bytes(shard.fusion, shard.act_bytes, activation, bias)
+    return (_ew(shard, f"{name}_{suffix}", "fwd", af * n, ff * n),
+            _ew(shard, f"{name}_{suffix}_grad", "bwd", ab * n, fb * n))
+
+
+def _mlp_gemms(name: str, t: int, h: int, ffn: int, activation: str, dt: str, shard: Shard,
                batch: int = 1, bias: bool = True) -> tuple[list[ComputeOp], list[ComputeOp], Linear, Linear]:
     """Forward and backward ops of an MLP (fc1, activation, fc2), and the two linear layers' GEMMs."""
-    e = shard.act_bytes
-    up = 2 * ffn if swiglu else ffn
+    up = 2 * ffn if activation == "swiglu" else ffn
     fwd: list[ComputeOp] = []
     bwd: list[ComputeOp] = []
     fwd += _casts(shard, batch * t * h)
@@ -489,13 +502,9 @@ def _mlp_gemms(name: str, t: int, h: int, ffn: int, swiglu: bool, dt: str, shard
     if bias:
         bwd += _bias_grad(shard, f"{name}_fc1", batch * t * up)
     n = batch * t * ffn
-    af, ab = fz.activation_bytes(shard.fusion, e, swiglu, bias)
-    if swiglu:
-        fwd.append(_ew(shard, f"{name}_swiglu", "fwd", af * n, 6.0 * n))
-        bwd.append(_ew(shard, f"{name}_swiglu_grad", "bwd", ab * n, 10.0 * n))
-    else:
-        fwd.append(_ew(shard, f"{name}_bias_gelu", "fwd", af * n, 10.0 * n))
-        bwd.append(_ew(shard, f"{name}_bias_gelu_grad", "bwd", ab * n, 16.0 * n))
+    act_f, act_b = activation_ops(shard, name, n, activation, bias)
+    fwd.append(act_f)
+    bwd.append(act_b)
     fwd += _casts(shard, n)
     fc2 = f2, d2, w2 = gemm_with_grads(f"{name}_fc2", t, h, ffn, dt, batch)
     fwd.append(f2)
@@ -572,7 +581,7 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     fwd.append(permute)
     bwd.append(permute_grad)
     per_expert = max(1, round(rows / local_experts))
-    f, b_, _, _ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.swiglu, dt, shard,
+    f, b_, _, _ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.mlp_activation, dt, shard,
                              batch=local_experts, bias=model.add_bias_linear)
     f, b_ = _expert_launches(f, shard, local_experts), _expert_launches(b_, shard, local_experts)
     fwd += f
@@ -588,7 +597,7 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     comm_bwd: list[CommOp] = []
     shared_fc: tuple[Linear, Linear] | None = None
     if shared:
-        f, b_, fc1, fc2 = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.swiglu, dt, shard,
+        f, b_, fc1, fc2 = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.mlp_activation, dt, shard,
                                      bias=model.add_bias_linear)
         shared_fc = fc1, fc2
         fwd += f
@@ -635,7 +644,7 @@ def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Wo
     bwd.append(ln_b)
     fc2: Linear | None = None
     if not moe:
-        f, b_, fc1, fc2 = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.swiglu, dt, shard,
+        f, b_, fc1, fc2 = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.mlp_activation, dt, shard,
                                      bias=model.add_bias_linear)
         comm_fwd: tuple[CommOp, ...] = _tp_comm(shard, h, "mlp_in", True, fc1)
         fwd += f

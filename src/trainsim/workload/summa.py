@@ -62,6 +62,7 @@ from trainsim.workload.layers import (
     _grad_accumulation,
     _grad_casts,
     _norm,
+    activation_ops,
     core_attention,
 )
 from trainsim.workload.ops import CommOp, ComputeOp, Group, Overlap, Phase, Role, gemm
@@ -254,13 +255,9 @@ def summa_layer_work(model: Model, shard: Shard) -> Work:
     up = 2 * model.ffn_size if model.swiglu else model.ffn_size
     linear("mlp_fc1", up, h)
     n_act = m * _split(model.ffn_size, cols)
-    af, ab = fz.activation_bytes(shard.fusion, e, model.swiglu, model.add_bias_linear)
-    if model.swiglu:
-        fwd.append(_ew(shard, "mlp_swiglu", "fwd", af * n_act, 6.0 * n_act))
-        bwd.append(_ew(shard, "mlp_swiglu_grad", "bwd", ab * n_act, 10.0 * n_act))
-    else:
-        fwd.append(_ew(shard, "mlp_bias_gelu", "fwd", af * n_act, 10.0 * n_act))
-        bwd.append(_ew(shard, "mlp_bias_gelu_grad", "bwd", ab * n_act, 16.0 * n_act))
+    act_f, act_b = activation_ops(shard, "mlp", n_act, model.mlp_activation, model.add_bias_linear)
+    fwd.append(act_f)
+    bwd.append(act_b)
     linear("mlp_fc2", h, model.ffn_size)
     da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, model)
     fwd.append(da_f)
