@@ -873,3 +873,11 @@ def test_a_run_that_only_fits_fully_sharded_gets_the_stacks_fsdp(tmp_path):
     assert named.job.training.zero_stage == 3 and "zero 3 (named in the notes)" in named.assumptions
     assert one(tmp_path, **cells | {"model": "Llama 3 8B", "L": 32, "h": 4096, "heads": 32, "ffn": 14336,
                                     "num_gpus": 8}).job.training.zero_stage == 1  # fits with the optimizer sharded
+
+
+def test_the_pytorch_release_and_mixed_precision_notes_are_both_reported(tmp_path):
+    m = one(tmp_path, source="Hugging Face transformers Trainer", notes="PyTorch 2.4.1", precision="AMP",
+            recompute="full")
+    assert m.job.framework.flash_kernel == "fa2" and m.job.framework.main_params_dtype == "fp32"
+    assert "flash kernel fa2 (SDPA under PyTorch 2.4)" in m.assumptions
+    assert any(a.startswith("fp32 parameters") for a in m.assumptions)

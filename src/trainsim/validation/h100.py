@@ -18,7 +18,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from trainsim.cost.attention_kernels import sdpa_kernel
 from trainsim.spec.framework import load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.model import Model
@@ -26,7 +25,7 @@ from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.presets import load_system
 from trainsim.spec.training import Training
 from trainsim.validation.measurements import Measurement
-from trainsim.validation.row_rules import TORCH_VERSION, system_for_gpu
+from trainsim.validation.row_rules import sdpa_kernel_named, system_for_gpu
 
 FRAMEWORK_OF = {"megatron-core": "megatron-core-local", "hf-transformers": "hf-transformers"}
 SOURCE = "h100"
@@ -89,15 +88,15 @@ def run_of(r: dict, source: str = SOURCE) -> H100Run:  # type: ignore[type-arg]
     ``attn_implementation: eager`` (transformers' eager attention) is the eager fp32 softmax chain on the s² scores;
     ``compile: true`` (``torch.compile(model)``) switches the profile's ``torch_compile`` on; transformers rows
     measured with transformers 5 use ``hf-transformers@5``; SDPA rows run the flash kernel library of the PyTorch
-    they name (:func:`~trainsim.cost.attention_kernels.sdpa_kernel`: cuDNN from 2.11 on). Lines written by
+    they name (:func:`~trainsim.validation.row_rules.sdpa_kernel_named`: cuDNN from 2.11 on). Lines written by
     ``benchmarks/h100/measure_training.py`` ran in a fresh process each, so their peak memory is their own.
     """
     fw = load_framework(FRAMEWORK_OF[r["framework"]] + _stack_version(r))
     if r.get("compile"):
         fw = fw.replace(torch_compile=True)
-    torch_version = TORCH_VERSION.search(str(r.get("software", "")))
-    if torch_version and r.get("attn_implementation") == "sdpa":
-        fw = fw.replace(flash_kernel=sdpa_kernel(torch_version.group(1)))
+    named = sdpa_kernel_named(str(r.get("software", "")))
+    if named and r.get("attn_implementation") == "sdpa":
+        fw = fw.replace(flash_kernel=named[1])
     attention = "eager" if r.get("attn_implementation") == "eager" else None
     job = Job(model=_model(r), system=load_system(system_of(r)), parallelism=Parallelism(),
               training=Training(micro_batch_size=r["mbs"], global_batch_size=r["mbs"] * r["num_microbatches"],

@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainsim.spec.framework import list_frameworks
+from trainsim.cost.attention_kernels import sdpa_kernel
+from trainsim.spec.framework import FlashKernel, list_frameworks
 from trainsim.spec.pipeline_split import vpp_from_layers_per_chunk
 
 MEGATRON_2021_LAST_YEAR = 2021  # the SC'21 code (synchronous input-gradient all-reduce)
@@ -247,6 +248,9 @@ def reports_eq3(name: str, label: str) -> bool:
     return name in EQ3_FRAMEWORKS or label in EQ3_FRAMEWORKS
 
 _FP8_PARAM_GATHER = r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)"  # Megatron flag or NeMo config
+#: FlashAttention-2 / -3 named in a row's text (flash-attn 2.x, attn_implementation, Megatron-DeepSpeed's flag).
+_FA2 = r"(?i)flash[-_ ]?attention[-_ ]?2|flash[-_ ]?attn[-_ ]?v?2\b|\bFA-?2\b|--use-flash-attn-v2\b"
+_FA3 = r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b"
 
 #: CPU optimizer offloading in words: offload_optimizer, "optimizer (state) offload", ZeRO-Offload, CPU-Adam.
 _OPTIMIZER_OFFLOAD = (r"(?i)offload[\s_-]*optimizer|(?<![-\w])optimizer[\s_-]*(?:states?[\s_-]*)?(?:cpu[\s_-]*)?"
@@ -266,6 +270,15 @@ FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_k
 SDPA_STACKS = frozenset({"hf-transformers", "fsdp", "deepspeed"})
 #: A PyTorch version written in a row's text ("PyTorch 2.11", "torch==2.4.1", "torch 2.5").
 TORCH_VERSION = re.compile(r"(?i)\b(?:pytorch|torch)\s*(?:==|v)?\s*(\d+\.\d+)(?:\.\d+)?\b")
+
+
+def sdpa_kernel_named(*texts: str) -> tuple[str, FlashKernel] | None:
+    """The PyTorch release the first of ``texts`` that names one names (:data:`TORCH_VERSION`), with the kernel
+    library SDPA runs under it (:func:`trainsim.cost.attention_kernels.sdpa_kernel`); ``None`` when none does."""
+    for text in texts:
+        if m := TORCH_VERSION.search(text):
+            return m.group(1), sdpa_kernel(m.group(1))
+    return None
 #: Megatron arguments named in a row's notes, applied to the cells the row leaves empty (first group: the value).
 #: ``--overlap-param-gather`` needs the distributed optimizer and ``--tp-comm-overlap`` sequence parallelism
 #: (Megatron ``arguments.py`` asserts both), so they imply them.
@@ -290,10 +303,9 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     # FlashAttention named without a version ("flash attention", "FlashAttention", "flash-attn")
     (r"(?i)\bflash[-_ ]?(?:attention|attn)\b", "attention", "flash"),
     # the flash kernel library named (trainsim.cost.attention_kernels): FlashAttention-2 / -3, cuDNN attention
-    (r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b", "attention", "flash"),
-    (r"(?i)flash[-_ ]?attention[-_ ]?2|flash[-_ ]?attn[-_ ]?v?2\b|\bFA-?2\b|--use-flash-attn-v2\b", "flash_kernel",
-     "fa2"),
-    (r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b", "flash_kernel", "fa3"),
+    (_FA3, "attention", "flash"),
+    (_FA2, "flash_kernel", "fa2"),
+    (_FA3, "flash_kernel", "fa3"),
     (r"(?i)cudnn[\s_-]*(?:fused[\s_-]*|flash[\s_-]*)?attention|--attention-backend[=\s]+fused\b", "flash_kernel",
      "cudnn"),
     # context parallelism's communication: Megatron's --cp-comm-type, DeepSpeed-Ulysses' all-to-all

@@ -54,7 +54,6 @@ from typing import Any
 
 import pandas as pd
 
-from trainsim.cost.attention_kernels import sdpa_kernel
 from trainsim.errors import TrainsimError
 from trainsim.spec.framework import Framework, load_framework
 from trainsim.spec.job import Job
@@ -85,13 +84,13 @@ from trainsim.validation.row_rules import (
     NVL_TRAY_GPUS,
     SDPA_STACKS,
     SYSTEM_FOR_GPU_KEY,
-    TORCH_VERSION,
     UNMODELLED_OFFLOAD,
     Family,
     family_of,
     infer_framework,
     notes_flags,
     reports_eq3,
+    sdpa_kernel_named,
     stated_vpp,
     system_for_gpu,
 )
@@ -565,18 +564,18 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     switched = {k: stated[k] for k in FRAMEWORK_NOTES if k in stated}
     if switched:  # torch.compile / CUDA graphs named in the notes
         framework = framework.replace(**switched)
-    amp_note: list[str] = []
-    torch_version = TORCH_VERSION.search(notes) or TORCH_VERSION.search(_text(row, "source") or "")
-    if torch_version and "flash_kernel" not in stated and framework.name in SDPA_STACKS:
+    stack_notes: list[str] = []
+    named = sdpa_kernel_named(notes, _text(row, "source") or "")
+    if named and "flash_kernel" not in stated and framework.name in SDPA_STACKS:
         # SDPA's backend order depends on the PyTorch release: cuDNN attention from 2.11 on, its flash kernel before
-        framework = framework.replace(flash_kernel=sdpa_kernel(torch_version.group(1)))
-        amp_note.append(f"flash kernel {framework.flash_kernel} (SDPA under PyTorch {torch_version.group(1)})")
+        framework = framework.replace(flash_kernel=named[1])
+        stack_notes.append(f"flash kernel {named[1]} (SDPA under PyTorch {named[0]})")
     if framework.main_params_dtype == "param" and _MIXED_UNNAMED.search(_text(row, "precision") or ""):
         # automatic mixed precision (torch.autocast) keeps the model's parameters, gradients and optimizer states in
         # fp32 and computes in 16-bit: not the stack's bf16-parameter default
         framework = framework.replace(main_params_dtype="fp32", exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32",
                                       grad_reduce_dtype="fp32")
-        amp_note = ["fp32 parameters, gradients and optimizer states (mixed precision: torch.autocast)"]
+        stack_notes.append("fp32 parameters, gradients and optimizer states (mixed precision: torch.autocast)")
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
     model, model_notes = row_model(row, framework.name)
@@ -621,6 +620,6 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
     assumptions = (f"framework {framework.label} ({rule})",
                    *[f"{k} {v} (stated in the row)" for k, v in switched.items()],
-                   *amp_note, *sys_notes, *model_notes, *par_notes, *tr_notes,
+                   *stack_notes, *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
