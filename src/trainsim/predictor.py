@@ -130,6 +130,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "pp": par.pp,
         "vpp": par.vpp,
         "cp": par.cp,
+        "cp_levels": list(job.cp_levels) if par.cp > 1 else None,
         "ep": par.ep,
         "etp": par.expert_tp,
         "expert_dp": job.expert_dp,

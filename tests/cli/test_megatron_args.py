@@ -171,12 +171,31 @@ def test_megatron_deepspeed_flags_select_its_stack(capsys, tmp_path):
 
 
 @pytest.mark.parametrize(("flags", "field"), [
-    (["--cp", "2", "--cp-comm-type", "a2a+p2p"], "framework.cp_comm_type"),  # hierarchical: not modelled
     (["--cp", "3", "-n", "24", "--cp-comm-type", "a2a"], "framework.cp_comm_type"),  # 32 heads over cp 3
+    (["--cp", "8", "-n", "8", "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "3,4"],
+     "parallelism.hierarchical_cp_sizes"),  # the levels must multiply to cp
+    (["--cp", "8", "-n", "8", "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "8"],
+     "parallelism.hierarchical_cp_sizes"),  # two levels
 ])
-def test_cp_comm_types_not_modelled_are_one_line_errors(flags, field, capsys):
+def test_cp_settings_that_cannot_run_are_one_line_errors(flags, field, capsys):
     code, _, err = run([*BASE, *flags], capsys)
     check_one_line_error(code, err, field)
+
+
+def test_hierarchical_context_parallelism_from_flags_and_pasted_megatron_args(tmp_path, capsys):
+    """--cp-comm-type a2a+p2p with Megatron's --hierarchical-context-parallel-sizes (nargs='+'): all-to-all inside
+    the first level, a ring over the second; without the sizes the CP ranks of one node form the all-to-all level."""
+    flags = ["-n", "16", "--cp", "8", "--tp", "2", "--seq-length", "65536", "--cp-comm-type", "a2a+p2p"]
+    base = [a for a in BASE if a not in ("--seq-length", "4096")]
+    given = _predict([*base, *flags, "--hierarchical-context-parallel-sizes", "2,4"], capsys)["job"]
+    assert given["framework"]["cp_comm_type"] == "a2a+p2p" and given["cp_levels"] == [2, 4]
+    assert _predict([*base, *flags], capsys)["job"]["cp_levels"] == [4, 2]  # 8 GPUs per node / tp 2
+    path = tmp_path / "args.txt"
+    path.write_text("--context-parallel-size 8 --tensor-model-parallel-size 2 --cp-comm-type a2a+p2p "
+                    "--hierarchical-context-parallel-sizes 2 4 --seq-length 65536 --bf16\n")
+    pasted = _predict(["predict", "-m", "llama3-8b", "-n", "16", "--gbs", "64", "--json", "--megatron-args", str(path)],
+                      capsys)["job"]
+    assert pasted["cp_levels"] == [2, 4] and pasted["cp"] == 8
 
 
 def test_recompute_modules_take_every_value_as_megatron_does(tmp_path, capsys):

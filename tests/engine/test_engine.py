@@ -95,6 +95,17 @@ PRESETS = {
 }
 
 
+def _hierarchical_cp() -> Job:
+    from trainsim.spec.framework import load_framework
+
+    j = job("llama3-70b", "dgx-h100", 128, tp=4, cp=8, hierarchical_cp_sizes=(2, 4), sequence_parallel=True,
+            global_batch_size=32, seq_length=65536, zero_stage=1, overlap_grad_reduce=True)
+    return j.replace(framework=load_framework("megatron-core").replace(cp_comm_type="a2a+p2p"))
+
+
+PRESETS["llama3-70b-cp8-a2a+p2p"] = _hierarchical_cp
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_event_and_analytic_agree_on_preset_examples(name):
     j = PRESETS[name]()

@@ -6,6 +6,7 @@ from trainsim.parallel.axes import (
     DEFAULT_RANK_ORDER,
     DENSE_GROUP_AXES,
     EXPERT_GROUP_AXES,
+    HIERARCHICAL_CP_GROUPS,
     Axis,
     Group,
     check_degrees,
@@ -37,7 +38,7 @@ def test_rank_order_must_be_a_permutation(bad):
 
 
 def test_every_group_has_a_definition_and_a_breakdown_entry():
-    special = {Group.EMBEDDING, Group.WORLD}
+    special = {Group.EMBEDDING, Group.WORLD, *HIERARCHICAL_CP_GROUPS}  # sub-groups of the CP axis (Layout)
     for g in Group:
         assert (g in DENSE_GROUP_AXES) + (g in EXPERT_GROUP_AXES) + (g in special) == 1, g
         assert g in BREAKDOWN_KEY

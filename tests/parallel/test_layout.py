@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from trainsim.errors import TrainsimError
-from trainsim.parallel.axes import DENSE_GROUP_AXES, EXPERT_GROUP_AXES, GRID_GROUPS, Axis, Group
+from trainsim.parallel.axes import (
+    DENSE_GROUP_AXES,
+    EXPERT_GROUP_AXES,
+    GRID_GROUPS,
+    HIERARCHICAL_CP_GROUPS,
+    Axis,
+    Group,
+)
 from trainsim.parallel.layout import Layout, Placement, placement_of
 
 
@@ -31,6 +38,28 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("order,cp,a2a,expect_a2a,expect_p2p", [
+    # tp 2 on 8-GPU nodes: the 2-rank all-to-all level is adjacent CP ranks (stride tp), inside a node; the ring
+    # level joins the CP ranks 2 apart, across nodes once tp·cp exceeds the node
+    ("tp-cp-ep-dp-pp", 8, 2, [0, 2], [0, 4, 8, 12]),
+    ("tp-cp-ep-dp-pp", 8, 4, [0, 2, 4, 6], [0, 8]),
+    # CP slowest but pipeline: its stride is tp·dp = 4
+    ("tp-dp-pp-ep-cp", 4, 2, [0, 4], [0, 8]),
+])
+def test_hierarchical_cp_levels_split_the_cp_group(order, cp, a2a, expect_a2a, expect_p2p):
+    lay = Layout(2, cp, 1, 2, 1, order, 8, cp_a2a=a2a)
+    assert lay.hierarchical_cp
+    assert lay.group_members(Group.CP_A2A) == expect_a2a
+    assert lay.group_members(Group.CP_P2P) == expect_p2p
+    # the two levels cover the CP group exactly: every CP rank is an a2a member plus a ring offset
+    assert sorted(a + p for a in expect_a2a for p in expect_p2p) == lay.group_members(Group.CP)
+    assert lay.group(Group.CP_A2A) == placement_of(expect_a2a, 8)
+    flat = Layout(2, cp, 1, 2, 1, order, 8, cp_a2a=cp)  # one level (all-to-all): no sub-groups
+    assert not flat.hierarchical_cp and Group.CP_A2A not in flat.placements
+    with pytest.raises(TrainsimError, match="two context-parallel levels"):
+        flat.group_members(Group.CP_P2P)
+
+
 @pytest.mark.parametrize("order,d,gpn", CASES)
 def test_dense_and_expert_groups_match_a_grid_count(order, d, gpn):
     lay = Layout(d["tp"], d["cp"], d["ep"], d["dp"], d["pp"], order, gpn, d.get("etp"))
@@ -51,7 +80,7 @@ def test_dense_and_expert_groups_match_a_grid_count(order, d, gpn):
     else:
         assert lay.group(Group.ETP) == lay.group(Group.TP) and lay.group(Group.EDP) == lay.group(Group.DP_CP)
     for g in Group:
-        if g in GRID_GROUPS:
+        if g in GRID_GROUPS or g in HIERARCHICAL_CP_GROUPS:
             assert g not in lay.placements
             continue
         assert lay.group(g) == placement_of(lay.group_members(g), gpn)

@@ -855,10 +855,18 @@ def test_deepspeed_ulysses_sequence_parallel_runs_are_accepted(tmp_path):
 
 
 @pytest.mark.parametrize(("notes", "comm"), [("--cp-comm-type all_gather", "allgather"), ("--cp-comm-type a2a", "a2a"),
+                                             ("--cp-comm-type=a2a+p2p", "a2a+p2p"),
                                              ("DeepSpeed-Ulysses style all-to-all", "a2a")])
 def test_context_parallel_communication_in_the_notes(tmp_path, notes, comm):
     m = one(tmp_path, source="Megatron-Core 2024", seq=16384, cp=2, global_batch=8, notes=notes)
     assert m.job.framework.cp_comm_type == comm
+
+
+def test_hierarchical_context_parallelism_in_the_notes(tmp_path):
+    """--cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes in a row's notes: the two CP levels."""
+    m = one(tmp_path, source="Megatron-Core 2024", seq=65536, cp=8, num_gpus=8, global_batch=8,
+            notes="--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 4")
+    assert m.job.framework.cp_comm_type == "a2a+p2p" and m.job.cp_levels == (2, 4)
 
 
 def test_a_run_that_only_fits_fully_sharded_gets_the_stacks_fsdp(tmp_path):

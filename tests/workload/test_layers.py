@@ -57,6 +57,32 @@ def test_all_to_all_context_parallel_exchanges_heads_for_the_sequence():
     assert _gemm_flops(a2a.fwd) == _gemm_flops(ring.fwd)
 
 
+def test_hierarchical_context_parallel_all_to_all_inside_a_level_then_a_ring_across_levels():
+    """--cp-comm-type a2a+p2p (TE's hierarchical CP): Q/K/V all-to-all over the a adjacent CP ranks of a level (the
+    same bytes per GPU as flat a2a), then the K/V ring over the cp/a levels (blocks of the flat ring's size); the
+    attention runs a·s/cp queries for heads/a heads: the same FLOPs as either flat form."""
+    from trainsim.parallel.axes import Group
+
+    m = load_model("llama3-8b")
+    shard = dict(micro_batch=1, seq=16384, tp=1, cp=8, attention="flash")
+    ring = layer_work(m, Shard(**shard))
+    flat = layer_work(m, Shard(**shard, cp_comm="a2a"))
+    hier = layer_work(m, Shard(**shard, cp_comm="a2a+p2p", cp_a2a=2))
+    ops = hier.comm_fwd + hier.comm_bwd
+    a2a = [c for c in ops if c.group == Group.CP_A2A]
+    p2p = [c for c in ops if c.group == Group.CP_P2P]
+    assert not [c for c in ops if c.group == Group.CP]
+    assert [c.collective for c in a2a] == ["all_to_all"] * 4 and [c.collective for c in p2p] == ["send_recv"] * 2
+    flat_a2a = [c for c in flat.comm_fwd + flat.comm_bwd if c.group == Group.CP]
+    assert [c.nbytes for c in a2a] == [c.nbytes for c in flat_a2a]
+    kv_block = 2 * (16384 // 8) * m.query_groups * m.head_dim * 2
+    assert p2p[0].nbytes == 3 * kv_block and p2p[1].nbytes == 2 * 3 * kv_block  # 4 levels: 3 ring steps
+    assert p2p[0].overlap.name == "COMPUTE"  # hidden under the flash kernel, as the flat ring
+    attn = next(o for o in hier.fwd if o.kind == "attention")
+    assert attn.attn is not None and attn.attn[1] == m.num_attention_heads // 2 and attn.attn[2] == 16384 * 2 // 8
+    assert _gemm_flops(hier.fwd) == _gemm_flops(ring.fwd) == _gemm_flops(flat.fwd)  # GEMMs and attention
+
+
 def test_fp8_linears_quantize_their_output_gradients_in_backward():
     """Transformer Engine casts every FP8 linear's grad_output (with its transpose) before the dgrad/wgrad GEMMs: one
     backward cast per linear, sized by the linear's output, priced with the recipe's bytes per element."""

@@ -413,6 +413,10 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if flag == "--recompute-modules":  # nargs='*' in Megatron: every value up to the next flag
             _recompute_modules(out, [inline] if inline is not None else rest(inline))
             continue
+        if flag == "--hierarchical-context-parallel-sizes":  # nargs='+' in Megatron
+            sizes = " ".join([inline] if inline is not None else rest(inline)).replace(",", " ").split()
+            out.options["hierarchical_cp_sizes"] = ",".join(str(_int_value(flag, v)) for v in sizes)
+            continue
         if flag == "--moe-layer-freq":
             _moe_layer_freq(out, value(True, flag, inline))
             continue

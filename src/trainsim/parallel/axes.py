@@ -56,6 +56,8 @@ class Group(StrEnum):
     TP_ROW = "tp_row"  #: the GPUs of one row of the 2D SUMMA grid (activation-panel broadcasts)
     TP_COL = "tp_col"  #: the GPUs of one column of the 2D SUMMA grid (weight-panel broadcasts)
     CP = "cp"
+    CP_A2A = "cp_a2a"  #: hierarchical CP (a2a+p2p): the inner all-to-all level, adjacent CP ranks
+    CP_P2P = "cp_p2p"  #: hierarchical CP (a2a+p2p): the outer ring level, CP ranks a level-size apart
     EP = "ep"
     ETP = "etp"
     EDP = "edp"
@@ -100,7 +102,7 @@ EXPERT_FALLBACK: dict[Group, Group] = {Group.ETP: Group.TP, Group.EDP: Group.DP_
 #: Breakdown entry (``trainsim predict``'s ``breakdown_s``) that the exposed in-layer time of a group counts under.
 BREAKDOWN_KEY: dict[Group, str] = {
     Group.TP: "tp_comm", Group.TP_ROW: "tp_comm", Group.TP_COL: "tp_comm", Group.ETP: "tp_comm",
-    Group.CP: "cp_comm", Group.EP: "ep_comm",
+    Group.CP: "cp_comm", Group.CP_A2A: "cp_comm", Group.CP_P2P: "cp_comm", Group.EP: "ep_comm",
     Group.DP: "dp_comm", Group.DP_CP: "dp_comm", Group.EDP: "dp_comm", Group.EMBEDDING: "dp_comm",
     Group.PP: "pp_comm", Group.WORLD: "dp_comm",
 }
@@ -110,6 +112,8 @@ EXPERT_STREAM_GROUPS: frozenset[Group] = frozenset({Group.EP, Group.ETP})
 TENSOR_GROUPS: tuple[Group, ...] = (Group.TP, Group.TP_ROW, Group.TP_COL)
 #: Groups that exist only with a 2D tensor-parallel grid.
 GRID_GROUPS: frozenset[Group] = frozenset({Group.TP_ROW, Group.TP_COL})
+#: Groups that exist only with hierarchical context parallelism (two CP levels, ``--cp-comm-type a2a+p2p``).
+HIERARCHICAL_CP_GROUPS: frozenset[Group] = frozenset({Group.CP_A2A, Group.CP_P2P})
 
 
 def parse_rank_order(text: str) -> tuple[Axis, ...]:

@@ -31,6 +31,7 @@ from trainsim.parallel.axes import (
     EXPERT_GROUP_AXES,
     EXPERT_POSITION,
     GRID_GROUPS,
+    HIERARCHICAL_CP_GROUPS,
     Axis,
     Group,
     expert_dp,
@@ -119,6 +120,9 @@ class Layout:
 
     ``tp`` is the size of the whole tensor-parallel group; ``grid`` (rows, columns) makes it a 2D SUMMA grid with
     ``tp_inner`` (``row`` or ``col``) on adjacent ranks; ``etp`` is the expert tensor-parallel size (``None``: tp).
+    ``cp_a2a`` splits the context-parallel group in two levels (Megatron's ``--hierarchical-context-parallel-sizes
+    a r``): groups of ``cp_a2a`` adjacent CP ranks (``cp_a2a`` group) and the CP ranks ``cp_a2a`` apart (``cp_p2p``
+    group, ``cp / cp_a2a`` of them); 1 (or ``cp``): one level.
     """
 
     tp: int
@@ -131,6 +135,7 @@ class Layout:
     etp: int | None = None
     grid: tuple[int, int] | None = None
     tp_inner: str = "row"
+    cp_a2a: int = 1
 
     @classmethod
     def of(cls, job: Job) -> Layout:
@@ -138,15 +143,20 @@ class Layout:
         par = job.parallelism
         grid = par.grid if par.summa else None
         return cls.create(par.tp, par.cp, par.ep, job.dp, par.pp, par.rank_order, job.system.gpus_per_node,
-                          par.expert_tp, grid, par.tp_inner)
+                          par.expert_tp, grid, par.tp_inner, job.cp_levels[0])
 
     @staticmethod
     @lru_cache(maxsize=8192)
     def create(tp: int, cp: int, ep: int, dp: int, pp: int, rank_order: str = DEFAULT_RANK_ORDER,
                gpus_per_node: int = 8, etp: int | None = None, grid: tuple[int, int] | None = None,
-               tp_inner: str = "row") -> Layout:
+               tp_inner: str = "row", cp_a2a: int = 1) -> Layout:
         """A shared (cached) layout: its strides and placements are computed once."""
-        return Layout(tp, cp, ep, dp, pp, rank_order, gpus_per_node, etp, grid, tp_inner)
+        return Layout(tp, cp, ep, dp, pp, rank_order, gpus_per_node, etp, grid, tp_inner, cp_a2a)
+
+    @property
+    def hierarchical_cp(self) -> bool:
+        """Whether the context-parallel group has two levels (``1 < cp_a2a < cp``)."""
+        return 1 < self.cp_a2a < self.cp
 
     # ---- degrees, order, strides ----------------------------------------------------------------------------------
     @cached_property
@@ -229,6 +239,14 @@ class Layout:
         if g in GRID_GROUPS and self.grid is None:
             raise TrainsimError("group", f"the {g} group needs a 2D tensor-parallel grid",
                                 "use --tensor-parallel-mode summa")
+        if g in HIERARCHICAL_CP_GROUPS:
+            if not self.hierarchical_cp:
+                raise TrainsimError("group", f"the {g} group needs two context-parallel levels",
+                                    "use --cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes")
+            step = self.strides[Axis.CP]
+            if g is Group.CP_A2A:
+                return [i * step for i in range(self.cp_a2a)]
+            return [j * self.cp_a2a * step for j in range(self.cp // self.cp_a2a)]
         if g in DENSE_GROUP_AXES:
             return self.members(DENSE_GROUP_AXES[g])
         if g in EXPERT_GROUP_AXES:
@@ -248,7 +266,7 @@ class Layout:
         """Placement of every group (the groups that contain rank 0; the grid rows and columns only with a grid)."""
         out: dict[Group, Placement] = {}
         for g in Group:
-            if g in GRID_GROUPS and self.grid is None:
+            if (g in GRID_GROUPS and self.grid is None) or (g in HIERARCHICAL_CP_GROUPS and not self.hierarchical_cp):
                 continue
             if g is Group.WORLD:
                 n = self.world_size

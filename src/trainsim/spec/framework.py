@@ -38,7 +38,7 @@ GradReduceDtype = Literal["fp32", "param"]
 GatherGranularity = Literal["layer", "module", "tensor"]
 ModuleLayout = Literal["transformers", "megatron"]
 BackwardPrefetch = Literal["pre", "post", "none"]
-CPCommType = Literal["p2p", "allgather", "a2a"]
+CPCommType = Literal["p2p", "allgather", "a2a", "a2a+p2p"]
 ShardingStrategy = Literal["full", "hybrid"]
 DPEngine = Literal["megatron-ddp", "torch-ddp", "deepspeed", "deepspeed-zero", "fsdp1", "fsdp2", "megatron-fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch-pipelining", "none"]
@@ -265,13 +265,16 @@ class Framework(Spec, frozen=True):
     supports_cp: bool = Field(description="context parallelism")
     supports_ep: bool = Field(description="expert parallelism")
     cp_comm_type: Annotated[CPCommType | None, Flag(
-        "--cp-comm-type", help="context-parallel attention communication: p2p (ring), all_gather or a2a "
-                               "(Ulysses all-to-all)")] = Field(
+        "--cp-comm-type", help="context-parallel attention communication: p2p (ring), all_gather, a2a "
+                               "(Ulysses all-to-all) or a2a+p2p (hierarchical: all-to-all inside a level, ring "
+                               "across levels)")] = Field(
         default=None, description="context-parallel attention communication (Megatron's --cp-comm-type): p2p (ring: "
                                   "K/V blocks passed under the attention kernel), allgather (K/V all-gathered "
                                   "before the attention and dK/dV reduce-scattered after it, exposed) or a2a "
                                   "(DeepSpeed-Ulysses: Q/K/V and the output all-to-all'ed between sequence and "
-                                  "head shards around the attention, exposed); None: p2p")
+                                  "head shards around the attention, exposed) or a2a+p2p (hierarchical: all-to-all "
+                                  "over adjacent CP ranks, then a ring over the levels; "
+                                  "Parallelism.hierarchical_cp_sizes); None: p2p")
     # ---- pipeline ------------------------------------------------------------------------------------------------
     pipeline_engine: PipelineEngine = Field(description="pipeline engine (none: no pipelining offered)")
     pipeline_layer_split: LayerSplit = Field(description="how layers are split over stages")
@@ -335,12 +338,9 @@ class Framework(Spec, frozen=True):
     @field_validator("cp_comm_type", mode="before")
     @classmethod
     def _cp_comm_spelling(cls, value: Any) -> Any:
-        """Megatron's spellings: ``all_gather`` is ``allgather``; the hierarchical ``a2a+p2p`` is not modelled."""
+        """Megatron's spellings: ``all_gather`` is ``allgather``."""
         if isinstance(value, str):
             key = value.strip().lower().replace("-", "_")
-            if key == "a2a+p2p":
-                raise ValueError("a2a+p2p (hierarchical context parallelism) is not modelled: use a2a, p2p or "
-                                 "all_gather")
             return {"all_gather": "allgather"}.get(key, key)
         return value
 

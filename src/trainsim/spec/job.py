@@ -138,6 +138,25 @@ class Job(Spec, frozen=True):
         vsl, pp = self.virtual_stage_layers, self.parallelism.pp
         return tuple(sum(vsl[r::pp]) for r in range(pp))
 
+    @cached_property
+    def cp_levels(self) -> tuple[int, int]:
+        """(all-to-all size, ring size) of the context-parallel attention, whose product is cp: ``(1, cp)`` for the
+        ring (p2p) and all-gather, ``(cp, 1)`` for all-to-all (Ulysses), and for hierarchical ``a2a+p2p`` the
+        ``hierarchical_cp_sizes`` or, when not given, the CP ranks that share a node (the largest divisor of cp
+        that fits ``gpus_per_node / tp``) all-to-all and a ring across them."""
+        par = self.parallelism
+        cp, comm = par.cp, self.framework.cp_comm_type
+        if comm == "a2a":
+            return cp, 1
+        if comm != "a2a+p2p":
+            return 1, cp
+        if par.hierarchical_cp_sizes:
+            a, r = par.hierarchical_cp_sizes
+            return a, r
+        room = max(1, self.system.gpus_per_node // max(par.tp, 1))
+        a = max(d for d in range(1, cp + 1) if cp % d == 0 and d <= room)
+        return a, cp // a
+
     @property
     def attention_path(self) -> str:
         """Core-attention path in effect: ``flash``, ``unfused`` (fused softmax kernel) or ``eager``."""
@@ -261,13 +280,15 @@ def validate_job(job: Job) -> None:
             f"{m.num_experts} experts are not divisible by ep = {ep}",
             "choose ep dividing the number of experts",
         )
-    # all-to-all context parallelism hands each CP rank heads/(tp·cp) heads (Transformer Engine asserts it)
-    if cp > 1 and job.framework.cp_comm_type == "a2a" and (m.num_attention_heads // max(tp, 1)) % cp:
+    # all-to-all context parallelism hands each rank of its all-to-all level heads/(tp·a) heads (TE asserts it)
+    a2a = job.cp_levels[0] if cp > 1 else 1
+    if a2a > 1 and (m.num_attention_heads // max(tp, 1)) % a2a:
         raise TrainsimError(
             "framework.cp_comm_type",
-            f"a2a context parallelism splits the {m.num_attention_heads // max(tp, 1)} heads of a tensor-parallel "
-            f"rank over cp = {cp}, which does not divide them",
-            "choose cp dividing heads/tp, or --cp-comm-type p2p",
+            f"{job.framework.cp_comm_type} context parallelism splits the {m.num_attention_heads // max(tp, 1)} heads "
+            f"of a tensor-parallel rank over {'its all-to-all level of ' if a2a < cp else 'cp = '}{a2a}"
+            f"{' GPUs' if a2a < cp else ''}, which does not divide them",
+            "choose cp (or --hierarchical-context-parallel-sizes) dividing heads/tp, or --cp-comm-type p2p",
         )
     # tensor parallelism vs heads
     if m.num_attention_heads % tp:

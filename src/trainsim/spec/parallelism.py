@@ -48,6 +48,13 @@ class Parallelism(Spec, frozen=True):
         default=1, gt=0, le=MAX_LAYERS, description="virtual stages (model chunks) per pipeline rank")
     cp: Annotated[int, Flag("--context-parallel-size", "--cp", dimension="cp", help="context parallel size")] = Field(
         default=1, gt=0, le=MAX_GPUS)
+    hierarchical_cp_sizes: Annotated[tuple[int, ...], Flag(
+        "--hierarchical-context-parallel-sizes",
+        help="--cp-comm-type a2a+p2p: the two context-parallel levels, all-to-all (adjacent ranks) then ring, "
+             "e.g. 2,4 for cp 8 (default: the CP ranks of one node all-to-all)")] = Field(
+        default=(), description="hierarchical context parallelism (Megatron's --hierarchical-context-parallel-sizes): "
+                                "the sizes of the all-to-all level (adjacent CP ranks) and of the ring level, whose "
+                                "product is cp; read with --cp-comm-type a2a+p2p")
     ep: Annotated[int, Flag("--expert-model-parallel-size", "--ep", dimension="ep",
                             help="expert parallel size")] = Field(default=1, gt=0, le=MAX_GPUS)
     dp: Annotated[int | None, Flag("--data-parallel-size", "--dp", dimension="dp", megatron=False,
@@ -114,6 +121,16 @@ class Parallelism(Spec, frozen=True):
         if value is not None:
             parse_pipeline_layout(value)
         return value
+
+    @model_validator(mode="after")
+    def _check_cp_levels(self) -> Parallelism:
+        sizes = self.hierarchical_cp_sizes
+        if sizes and (len(sizes) != 2 or min(sizes) < 1 or math.prod(sizes) != self.cp):
+            raise TrainsimError("parallelism.hierarchical_cp_sizes",
+                                f"{','.join(map(str, sizes))} are not two levels whose product is cp = {self.cp}",
+                                "give the all-to-all and the ring size, e.g. --hierarchical-context-parallel-sizes "
+                                f"{min(self.cp, 2)},{max(self.cp // 2, 1)}")
+        return self
 
     @model_validator(mode="after")
     def _check_grid(self) -> Parallelism:

@@ -309,8 +309,9 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"(?i)cudnn[\s_-]*(?:fused[\s_-]*|flash[\s_-]*)?attention|--attention-backend[=\s]+fused\b", "flash_kernel",
      "cudnn"),
     # context parallelism's communication: Megatron's --cp-comm-type, DeepSpeed-Ulysses' all-to-all
-    (r"--cp-comm-type[=\s]+(p2p|all_gather|allgather|a2a)\b", "cp_comm_type", None),
+    (r"--cp-comm-type[=\s]+(a2a\+p2p|p2p|all_gather|allgather|a2a)(?![\w+])", "cp_comm_type", None),
     (r"(?i)\bulysses\b|--ds-sequence-parallel-size\b", "cp_comm_type", "a2a"),
+    (r"--hierarchical-context-parallel-sizes[=\s]+(\d+[\s,]+\d+)", "hierarchical_cp_sizes", None),
     (r"--fp8-format\b|--fp8\b", "precision", "fp8"),
     (r"--bf16\b", "precision", "bf16"),
     (r"--fp16\b", "precision", "fp16"),

@@ -464,8 +464,9 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
         assumed.append(f"vpp {v} ({framework.name}: {framework.virtual_stages_default})")
     sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
     split, split_notes = pipeline_split(row, layers, pp, vpp, notes, framework)
+    levels = tuple(int(v) for v in str(stated.get("hierarchical_cp_sizes", "")).replace(",", " ").split())
     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=_int(row, "dp"),
-                      sequence_parallel=sp and tp > 1, **split)
+                      sequence_parallel=sp and tp > 1, hierarchical_cp_sizes=levels, **split)
     return par, assumed + split_notes
 
 

@@ -70,7 +70,8 @@ class Shard:
     summa: bool = False  # 2D tensor parallelism: linear layers on a tp_rows × tp/tp_rows SUMMA grid
     tp_rows: int = 1
     summa_blocks: int = 1
-    cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel), allgather or a2a (exposed)
+    cp_comm: str = "p2p"  # context-parallel attention: p2p (ring under the kernel), allgather, a2a (exposed), a2a+p2p
+    cp_a2a: int = 1  # a2a+p2p: the all-to-all level's size (Job.cp_levels; plain a2a: all cp ranks)
     async_tp: bool = True  # backward TP collectives of column-parallel linears under the wgrad/dgrad GEMMs
     selective: SelectiveRecompute = "core_attention"  # what "selective" recomputes: Megatron's core attention or
     # torchtitan's op-level checkpointing ("op")
@@ -185,6 +186,7 @@ def shard_of(job: Job) -> Shard:
         tp_rows=par.grid[0],
         summa_blocks=par.summa_blocks if par.summa else 1,
         cp_comm=job.framework.cp_comm_type or "p2p",
+        cp_a2a=job.cp_levels[0],
         async_tp=job.framework.async_tp_grad_reduce,
         selective=job.framework.selective_recompute,
         p2p_split=job.framework.pipeline_engine not in WHOLE_TENSOR_P2P_ENGINES,
@@ -411,14 +413,16 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
             rf, rb = fz.rope_bytes(shard.fusion, e)
             fwd.append(_ew(shard, "rope", "fwd", rf * n, 3.0 * n))
             bwd.append(_ew(shard, "rope_grad", "bwd", rb * n, 3.0 * n))
-    # all-to-all CP (Ulysses): the attention runs on the whole sequence for heads/cp of the local heads
-    a2a = cp > 1 and shard.cp_comm == "a2a"
+    # all-to-all CP (Ulysses; the inner level of hierarchical a2a+p2p): the attention runs on a·s/cp tokens for heads/a
+    # of the local heads, a = the all-to-all level's size; the ring passes K/V between the cp/a levels
+    a2a = 1 if cp == 1 else {"a2a": cp, "a2a+p2p": shard.cp_a2a}.get(shard.cp_comm, 1)
+    ring = cp // a2a
     if shard.attention == "flash":
         # sliding-window / chunked layers: the keys actually attended, averaged over the layers
-        seq_q, seq_kv = (s if a2a else s // cp), (max(1, round(s * model.attention_span(s))) if model.causal else s)
+        seq_q, seq_kv = s * a2a // cp, (max(1, round(s * model.attention_span(s))) if model.causal else s)
     else:
         seq_q = seq_kv = s  # the unfused path computes all s² scores (the causal mask does not save work)
-    core_fwd, core_bwd = core_attention(shard, model, b, heads // cp if a2a else heads, d, dt, seq_q, seq_kv)
+    core_fwd, core_bwd = core_attention(shard, model, b, heads // a2a, d, dt, seq_q, seq_kv)
     fwd += core_fwd
     bwd += core_bwd
     vd = model.v_dim
@@ -445,23 +449,28 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
         comm_fwd += (CommOp("cp_kv_allgather", "all_gather", Group.CP, "fwd", kv_all, behind=core_fwd[0]),)
         comm_bwd += (CommOp("cp_kv_regather", "all_gather", Group.CP, "bwd", kv_all, behind=core_bwd[0]),
                      CommOp("cp_dkv_reduce_scatter", "reduce_scatter", Group.CP, "bwd", kv_all, behind=core_bwd[-1]))
-    elif a2a:
-        # All-to-all CP (Megatron --cp-comm-type a2a, DeepSpeed-Ulysses): Q, K and V go from sequence shards to head
-        # shards before the attention and its output back after it; backward mirrors (dO in, dQ/dK/dV out). Each
-        # blocks the attention it feeds or follows (TE runs them on the compute stream's critical path).
-        qkv = b * (s // cp) * (heads + 2 * groups) * d * e
-        out = b * (s // cp) * heads * vd * e
-        comm_fwd += (CommOp("cp_qkv_all_to_all", "all_to_all", Group.CP, "fwd", qkv, behind=core_fwd[0]),
-                     CommOp("cp_out_all_to_all", "all_to_all", Group.CP, "fwd", out, behind=core_fwd[-1]))
-        comm_bwd += (CommOp("cp_dout_all_to_all", "all_to_all", Group.CP, "bwd", out, behind=core_bwd[0]),
-                     CommOp("cp_dqkv_all_to_all", "all_to_all", Group.CP, "bwd", qkv, behind=core_bwd[-1]))
     elif cp > 1:
-        # Ring attention: cp-1 steps, each passing a K/V block (forward) or K/V plus dK/dV (backward), under the
-        # fused attention kernel (at the end of the block on the unfused path)
-        kv_block = 2 * b * (s // cp) * groups * d * e
-        comm_fwd += (_behind(CommOp("cp_kv_ring", "send_recv", Group.CP, "fwd", (cp - 1) * kv_block), flash_f),)
-        comm_bwd += (_behind(CommOp("cp_kv_ring_grad", "send_recv", Group.CP, "bwd", 2 * (cp - 1) * kv_block),
-                             flash_b),)
+        if a2a > 1:
+            # All-to-all CP (Megatron --cp-comm-type a2a, DeepSpeed-Ulysses; the inner level of a2a+p2p): Q, K and V
+            # go from sequence shards to head shards before the attention and its output back after it; backward
+            # mirrors (dO in, dQ/dK/dV out). Each blocks the attention it feeds or follows (TE runs them on the
+            # compute stream's critical path).
+            group = Group.CP if ring == 1 else Group.CP_A2A
+            qkv = b * (s // cp) * (heads + 2 * groups) * d * e
+            out = b * (s // cp) * heads * vd * e
+            comm_fwd += (CommOp("cp_qkv_all_to_all", "all_to_all", group, "fwd", qkv, behind=core_fwd[0]),
+                         CommOp("cp_out_all_to_all", "all_to_all", group, "fwd", out, behind=core_fwd[-1]))
+            comm_bwd += (CommOp("cp_dout_all_to_all", "all_to_all", group, "bwd", out, behind=core_bwd[0]),
+                         CommOp("cp_dqkv_all_to_all", "all_to_all", group, "bwd", qkv, behind=core_bwd[-1]))
+        if ring > 1:
+            # Ring attention (p2p; the outer level of a2a+p2p): ring-1 steps, each passing a K/V block (forward) or
+            # K/V plus dK/dV (backward), under the fused attention kernel (at the end of the block on the unfused
+            # path); a block is the same size either way (a·s/cp tokens of groups/a K/V heads)
+            group = Group.CP if a2a == 1 else Group.CP_P2P
+            kv_block = 2 * b * (s // cp) * groups * d * e
+            comm_fwd += (_behind(CommOp("cp_kv_ring", "send_recv", group, "fwd", (ring - 1) * kv_block), flash_f),)
+            comm_bwd += (_behind(CommOp("cp_kv_ring_grad", "send_recv", group, "bwd", 2 * (ring - 1) * kv_block),
+                                 flash_b),)
     recompute = tuple(core_fwd) if shard.recompute == "selective" and shard.attention != "flash" else ()
     work = Work(tuple(fwd), tuple(bwd), recompute + tuple(up_recompute), comm_fwd, comm_bwd)
     return work, _AttentionOps(flash_f, flash_b, proj)

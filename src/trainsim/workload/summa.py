@@ -351,6 +351,10 @@ def check_summa(job: Job) -> None:
     if m.ffn_size % par.tp:
         raise TrainsimError("parallelism.tp", f"FFN size {m.ffn_size} is not divisible by tp = {par.tp}",
                             "choose tp dividing the FFN hidden size")
+    comm = job.framework.cp_comm_type or "p2p"
+    if par.cp > 1 and comm != "p2p":
+        raise TrainsimError("framework.cp_comm_type", f"summa is modelled with ring context parallelism, not {comm}",
+                            "use --cp-comm-type p2p with --tensor-parallel-mode summa")
     tokens = job.seq_length // par.cp
     if tokens % rows:
         raise TrainsimError("parallelism.tp_rows", f"the {tokens} tokens per context-parallel rank are not divisible "
