@@ -329,3 +329,20 @@ def test_ds_sequence_parallel_size_is_ulysses_context_parallelism(tmp_path, caps
     d = _predict(["predict", "--megatron-args", str(script), "--json"], capsys)
     assert d["job"]["cp"] == 4 and d["job"]["framework"]["cp_comm_type"] == "a2a"
     assert d["breakdown_s"]["cp_comm"] > 0
+
+
+def test_moe_token_dispatcher_flex_and_its_megatron_spellings(tmp_path, capsys):
+    """--moe-token-dispatcher-type flex (and --moe-enable-deepep, --moe-flex-dispatcher-backend) select the
+    deduplicating dispatcher; Megatron's allgather (its default) is modelled as the all-to-all with a note."""
+    a = parse_megatron_args(["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"])
+    assert a.options["moe_token_dispatcher"] == "flex" and a.unrecognised == []
+    assert parse_megatron_args(["--moe-enable-deepep"]).options["moe_token_dispatcher"] == "flex"
+    gathered = parse_megatron_args(["--moe-token-dispatcher-type", "allgather"])
+    assert "moe_token_dispatcher" not in gathered.options and any("allgather" in n for n in gathered.notes)
+    moe = ["predict", "-m", "deepseek-v3", "-s", "dgx-h100", "-n", "512", "--pp", "8", "--ep", "64",
+           "--decoder-last-pipeline-num-layers", "5", "--gbs", "512", "--json", "--recompute-granularity", "full"]
+    flex = _predict([*moe, "--moe-token-dispatcher-type", "flex"], capsys)
+    plain = _predict(moe, capsys)
+    assert flex["breakdown_s"]["ep_comm"] < plain["breakdown_s"]["ep_comm"]  # EP64 spans 8 nodes
+    code, _, err = run([*moe, "--moe-token-dispatcher-type", "allgather"], capsys)
+    check_one_line_error(code, err, "moe_token_dispatcher")

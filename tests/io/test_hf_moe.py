@@ -42,6 +42,7 @@ def test_deepseek_v3_exact_structure() -> None:
     assert m.num_moe_layers == 58 and not any(m.moe_layer_flags[:3])
     assert m.moe_shared_expert_intermediate_size == 2048 and m.moe_router_enable_expert_bias
     assert m.mtp_num_layers == 1
+    assert (m.moe_router_num_groups, m.moe_router_group_topk) == (8, 4)  # node-limited routing: n_group, topk_group
     # the report: 671B main model; the MTP module adds 11.5B unique parameters (embedding and head shared)
     assert m.mtp_params == pytest.approx(11.5e9, rel=0.02)
     assert m.num_params - m.mtp_params == pytest.approx(671.03e9, rel=1e-3)
@@ -88,3 +89,4 @@ def test_deepseek_preset_equals_hf_import() -> None:
     imported = load_hf_config(DATA / "deepseek-v3.json")
     assert preset.num_params == imported.num_params
     assert preset.num_active_params == imported.num_active_params
+    assert (preset.moe_router_num_groups, preset.moe_router_group_topk) == (8, 4)

@@ -185,6 +185,47 @@ def test_torchtitan_tp_always_shards_the_sequence():
     assert {c.sequence_parallel for c in enumerate_space(space).candidates if c.tp > 1} == {True}
 
 
+def test_megatron_core_turns_sequence_parallelism_on_for_tensor_with_expert_parallelism():
+    """Megatron-Core refuses a mixture-of-experts model with tp > 1 without sequence parallelism (arguments.py,
+    ModelParallelConfig), so such a job is predicted sequence-parallel, with a warning; a dense job and
+    Megatron-DeepSpeed's MoE keep the choice; the search does not list the sp = false twin."""
+    from trainsim.errors import TrainsimWarning
+    from trainsim.search.space import SearchSpace, enumerate_space
+
+    def moe(framework: str, ep: int) -> Job:
+        return Job(model=load_model("mixtral-8x7b"), system=load_system("dgx-h100"), num_gpus=16,
+                   framework=framework, parallelism=Parallelism(tp=2, ep=ep), training=Training(global_batch_size=16))
+
+    for name in ("megatron-core", "megatron-core-local", "nemo"):
+        for ep in (1, 4):
+            with pytest.warns(TrainsimWarning, match="requires sequence parallelism"):
+                assert moe(name, ep).sequence_parallel
+    dense = Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), num_gpus=16,
+                parallelism=Parallelism(tp=2), training=Training(global_batch_size=16))
+    assert not dense.sequence_parallel
+    with pytest.warns(TrainsimWarning, match="modelled on sequence-parallel tokens"):
+        assert not moe("megatron-deepspeed", 4).sequence_parallel
+    space = SearchSpace(model="mixtral-8x7b", system="dgx-h100", num_gpus=16, framework="megatron-core", pp=1, tp=2,
+                        training=Training(global_batch_size=16))
+    plans = [c for c in enumerate_space(space).candidates if c.ep > 1]
+    assert plans and all(c.sequence_parallel for c in plans)
+
+
+def test_torchtitan_context_parallelism_all_gathers_the_kv_shards():
+    """torchtitan's context_parallel_rotate_method defaults to allgather: the K/V shards are gathered before the
+    attention (and dK/dV reduce-scattered), not passed around a ring under the kernel as Megatron's p2p."""
+    from trainsim.workload.layers import layer_work, shard_of
+
+    def cp_ops(framework: str) -> list[str]:
+        j = Job(model=load_model("llama3-8b"), system=load_system("dgx-h100"), num_gpus=8, framework=framework,
+                parallelism=Parallelism(cp=8), training=Training(global_batch_size=8, seq_length=65536))
+        w = layer_work(j.model, shard_of(j), False)
+        return [c.collective for c in w.comm_fwd + w.comm_bwd if c.group == "cp"]
+
+    assert cp_ops("torchtitan") == ["all_gather", "all_gather", "reduce_scatter"]
+    assert cp_ops("megatron-core") == ["send_recv", "send_recv"]
+
+
 def test_presets_list_the_versions_a_profile_offers(capsys):
     import json
 

@@ -48,3 +48,14 @@ def test_invalid_models_name_the_field(fields, field):
         Model(**{**base, **fields})
     assert exc.value.field == field
     assert "fix:" in str(exc.value)
+
+
+@pytest.mark.parametrize(("groups", "picked", "field"), [
+    (8, None, "model.moe_router_group_topk"),   # both or neither
+    (7, 4, "model.moe_router_num_groups"),      # 7 does not divide 256 experts
+    (8, 9, "model.moe_router_num_groups"),      # more groups picked than exist
+    (64, 1, "model.moe_router_num_groups"),     # 1 group of 4 experts cannot hold top-8
+])
+def test_group_limited_routing_is_checked(groups, picked, field):
+    with pytest.raises(TrainsimError, match=field.replace(".", r"\.")):
+        load_model("deepseek-v3").replace(moe_router_num_groups=groups, moe_router_group_topk=picked)

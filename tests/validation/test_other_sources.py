@@ -697,6 +697,17 @@ def test_expert_parallelism_in_the_notes(tmp_path, notes):
     assert m.job.parallelism.ep == 8 and "ep 8 (from the notes)" in m.assumptions
 
 
+def test_unstated_expert_tp_falls_back_to_1_where_the_tp_grid_cannot_be_built(tmp_path):
+    """Qwen3-235B on 256 H100 with TP 2, PP 8, EP 32 (Megatron-Bridge's recipe, expert TP 1): Megatron's default
+    expert TP (= tp) needs ep·tp = 64 to divide the 32 GPUs of a stage, so the run had expert TP 1."""
+    cells = dict(model="Qwen3-235B-A22B", L=94, h=4096, heads=64, kv_heads=4, ffn=12288, vocab=151936, seq=4096,
+                 tp=2, pp=8, num_gpus=256, global_batch=2048, gpu="H100-SXM5-80GB", notes="EP32")
+    m = one(tmp_path, **cells)
+    assert m.job.parallelism.expert_tp == 1 and any(a.startswith("etp 1 (unstated") for a in m.assumptions)
+    stated = one(tmp_path, **{**cells, "notes": "EP16 --expert-tensor-parallel-size 2"})
+    assert stated.job.parallelism.expert_tp == 2  # stated and buildable: kept
+
+
 def test_unstated_expert_parallelism_is_the_smallest_that_fits(tmp_path):
     m = one(tmp_path, model="Mixtral-8x22B", L=56, h=6144, heads=48, kv_heads=8, ffn=16384, vocab=32768, tp=2, pp=4,
             num_gpus=128, global_batch=256)

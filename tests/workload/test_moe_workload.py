@@ -91,3 +91,36 @@ def test_fp8_recipe_cast_bytes(recipe, cast):
     casts = [op for op in layer_work(m, shard, True).fwd if op.name == "fp8_cast"]
     first = casts[0]  # the QKV input: tokens × hidden
     assert first.bytes == pytest.approx(4096 * m.hidden_size * cast)
+
+
+def test_flex_dispatcher_sends_a_token_once_per_node_over_the_network():
+    """--moe-token-dispatcher-type flex (DeepEP / HybridEP): the dispatch and combine all-to-alls keep their bytes
+    but only `nodes per token / topk` of their inter-node share crosses the network; inside one node nothing
+    changes. The cost model applies the share to the network part only."""
+    from trainsim.cost.calibration import calibration_for
+    from trainsim.cost.comm import collective_time
+    from trainsim.parallel.layout import Placement
+    from trainsim.spec import load_system
+    from trainsim.workload.routing import network_copy_ratio
+
+    m = load_model("deepseek-v3")
+    base = dict(micro_batch=1, seq=4096, tp=1, ep=64)
+    a2a = layer_work(m, Shard(**base, ep_nodes=8), True)
+    flex = layer_work(m, Shard(**base, ep_nodes=8, moe_dispatcher="flex"), True)
+    local = layer_work(m, Shard(**base, ep_nodes=1, moe_dispatcher="flex"), True)
+
+    def pick(w):  # type: ignore[no-untyped-def]
+        return [c for c in w.comm_fwd + w.comm_bwd if c.name.startswith(("moe_dispatch", "moe_combine"))]
+
+    assert len(pick(flex)) == 4 and [c.nbytes for c in pick(flex)] == [c.nbytes for c in pick(a2a)]
+    assert {c.network_share for c in pick(a2a)} == {1.0} == {c.network_share for c in pick(local)}
+    assert {c.network_share for c in pick(flex)} == {network_copy_ratio(m, 8)} and network_copy_ratio(m, 8) < 0.5
+    system = load_system("dgx-h100")
+    cal = calibration_for(system.gpu.generation)
+    place = Placement(64, 8, 8)
+    full = collective_time("all_to_all", 2e8, place, system, cal, 8)
+    shared = collective_time("all_to_all", 2e8, place, system, cal, 8, network_share=0.5)
+    latency = 63 * system.network.latency
+    assert shared - latency == pytest.approx((full - latency) * 0.5, rel=1e-6)
+    assert collective_time("all_to_all", 2e8, Placement(8, 8, 1), system, cal, 1, network_share=0.5) == \
+        collective_time("all_to_all", 2e8, Placement(8, 8, 1), system, cal, 1)

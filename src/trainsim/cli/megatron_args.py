@@ -204,7 +204,12 @@ def _pp_partition(a: MegatronArgs, v: str | None) -> None:
 
 
 def _dispatcher(a: MegatronArgs, v: str | None) -> None:
-    if v not in ("alltoall", "flex", "alltoall_seq"):
+    """``--moe-token-dispatcher-type``: flex (DeepEP / HybridEP) deduplicates a token's network copies; the others
+    are modelled as the all-to-all (allgather, Megatron's default, with a note)."""
+    if v in ("flex", "alltoall"):
+        a.options["moe_token_dispatcher"] = v
+        return
+    if v != "alltoall_seq":
         a.notes.append(f"--moe-token-dispatcher-type {v}: tokens are modelled moving by all-to-all over the "
                        "expert-parallel group")
 
@@ -252,7 +257,8 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--moe-train-capacity-factor": (True, lambda a, v: a.options.__setitem__(
         "moe_expert_capacity_factor", _float_value("--moe-train-capacity-factor", v))),
     "--disable-moe-token-dropping": (False, lambda a, v: a.training.__setitem__("_no_token_dropping", True)),
-    "--moe-token-dispatcher-type": (True, _dispatcher),
+    "--moe-enable-deepep": (False, lambda a, v: a.options.__setitem__("moe_token_dispatcher", "flex")),
+    "--moe-flex-dispatcher-backend": (True, lambda a, v: a.options.__setitem__("moe_token_dispatcher", "flex")),
     "--pp-partition-method": (True, _pp_partition),
     "--tokenizer-type": (True, _tokenizer("_tokenizer_type")),
     "--tokenizer-model": (True, _tokenizer("_tokenizer_model")),
@@ -416,6 +422,9 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if flag == "--hierarchical-context-parallel-sizes":  # nargs='+' in Megatron
             sizes = " ".join([inline] if inline is not None else rest(inline)).replace(",", " ").split()
             out.options["hierarchical_cp_sizes"] = ",".join(str(_int_value(flag, v)) for v in sizes)
+            continue
+        if flag == "--moe-token-dispatcher-type":  # Megatron's allgather (its default) has no field value
+            _dispatcher(out, value(True, flag, inline))
             continue
         if flag == "--moe-layer-freq":
             _moe_layer_freq(out, value(True, flag, inline))

@@ -60,8 +60,9 @@ def link(place: Placement, system: System, calib: Calibration, job_nodes: int,
 
 
 def collective_time(collective: Collective, nbytes: float, place: Placement, system: System, calib: Calibration,
-                    job_nodes: int = 1, algorithm: Algorithm = "auto") -> float:
-    """Seconds for one collective of ``nbytes`` over a group placed as ``place``."""
+                    job_nodes: int = 1, algorithm: Algorithm = "auto", network_share: float = 1.0) -> float:
+    """Seconds for one collective of ``nbytes`` over a group placed as ``place``; ``network_share`` scales an
+    all-to-all's inter-node bytes (a deduplicating MoE dispatcher, :class:`~trainsim.workload.ops.CommOp`)."""
     n = place.size
     if n <= 1 or nbytes <= 0:
         return 0.0
@@ -75,7 +76,7 @@ def collective_time(collective: Collective, nbytes: float, place: Placement, sys
         lat = system.node.nvlink_latency
         if place.crosses_nodes:
             nic = system.nic_bandwidth_per_gpu(job_nodes) * calib.network_efficiency
-            inter = (n - place.per_node) / n * nbytes / nic
+            inter = network_share * (n - place.per_node) / n * nbytes / nic
             lat = system.network.latency
         return (n - 1) * lat + max(intra, inter)
     return collective_seconds(collective, nbytes, nccl_links(place, system, calib, job_nodes), algorithm)

@@ -96,7 +96,8 @@ class AnalyticCostModel:
 
     def collective(self, op: CommOp, place: Placement) -> float:
         """α-β time of ``op``."""
-        return collective_time(op.collective, op.nbytes, place, self.system, self.calibration, self.job_nodes)
+        return collective_time(op.collective, op.nbytes, place, self.system, self.calibration, self.job_nodes,
+                               network_share=op.network_share)
 
     def is_measured(self, op: ComputeOp | CommOp) -> bool:
         """Nothing is measured in the analytic model."""

@@ -534,8 +534,9 @@ class CommTimes:
         return self.groups[("send_recv", ranks, nodes)]
 
     def lookup(self, op: CommOp, place: Placement) -> float | None:
-        """Seconds for ``op`` over ``place``, or ``None`` (no matching group, or smaller than the smallest size)."""
-        if place.size <= 1 or op.nbytes <= 0:
+        """Seconds for ``op`` over ``place``, or ``None`` (no matching group, or smaller than the smallest size; a
+        deduplicating dispatch is not the measured NCCL collective)."""
+        if place.size <= 1 or op.nbytes <= 0 or op.network_share != 1.0:
             return None
         s = self._series_for(op, place)
         if s is None:

@@ -97,6 +97,9 @@ def _deepseek(cfg: dict[str, Any], out: dict[str, Any], layers: int) -> None:
         out["moe_shared_expert_intermediate_size"] = shared * (expert_ffn or 0) or None
         out["moe_first_k_dense"] = _int(cfg, "first_k_dense_replace", 0)
         out["moe_layer_freq"] = _int(cfg, "moe_layer_freq", 1) or 1
+        groups, picked = _int(cfg, "n_group"), _int(cfg, "topk_group")
+        if groups and picked and groups > 1 and picked < groups:  # group-limited (device/node-limited) routing
+            out["moe_router_num_groups"], out["moe_router_group_topk"] = groups, picked
         if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3: bias-based, auxiliary-loss-free balancing
             out["moe_router_enable_expert_bias"] = True
             out["moe_router_load_balancing_type"] = "seq_aux_loss"

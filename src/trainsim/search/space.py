@@ -723,6 +723,10 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                 if mode == "summa" and sp and False in en.sp_values(tp):
                     out.equivalent += per_combination  # the grid splits the activations anyway: sp changes nothing
                     continue
+                if (not sp and ep > 1 and tp > 1 and space.framework.moe_tp_shards_sequence
+                        and True in en.sp_values(tp)):
+                    out.equivalent += per_combination  # the stack turns sp on for tp with ep (Megatron-Core)
+                    continue
                 if open_vpp and not get_schedule(schedule).accepts_microbatches(pp, en.gbs // (mbs * dp)):
                     continue  # e.g. interleaving needs micro-batches divisible by pp: not an open value for this mbs
                 if (recompute == "selective" and "none" in recompute_values

@@ -63,7 +63,7 @@ OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fu
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
                              "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists",
                              "train_metric_passes", "compiled_causal_mask", "attention_layout",
-                             "bf16_optimizer_partitions"})
+                             "bf16_optimizer_partitions", "moe_tp_shards_sequence"})
 
 
 class Framework(Spec, frozen=True):
@@ -262,6 +262,9 @@ class Framework(Spec, frozen=True):
     tp_shards_sequence: bool = Field(
         description="the stack's tensor parallelism always shards norms and residuals over the sequence (sequence "
                     "parallelism on whenever tp > 1); else --sequence-parallel is the user's choice")
+    moe_tp_shards_sequence: bool = Field(
+        default=False, description="a mixture-of-experts model with tensor parallelism must run sequence-parallel "
+                                   "(Megatron-Core refuses it otherwise), so it is on for such jobs")
     supports_cp: bool = Field(description="context parallelism")
     supports_ep: bool = Field(description="expert parallelism")
     cp_comm_type: Annotated[CPCommType | None, Flag(

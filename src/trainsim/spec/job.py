@@ -187,6 +187,15 @@ def _framework_of(value: Any) -> Framework:
                         "give a preset name, a profile YAML path, a Framework or a mapping")
 
 
+def _num_experts(model: Any) -> int:
+    """Experts of a job's model input (a :class:`Model` or its mapping; 0 for anything else)."""
+    if isinstance(model, Model):
+        return model.num_experts or 0
+    if isinstance(model, dict):
+        return int(model.get("num_experts") or 0)
+    return 0
+
+
 def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
     """Resolve the framework of a job's input mapping and fill the training fields it decides.
 
@@ -211,6 +220,12 @@ def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
     zero = training.zero_stage if training.zero_stage is not None else fw.default_zero_stage
     if fw.tp_shards_sequence and par.tp > 1 and not par.sequence_parallel:
         par = par.replace(sequence_parallel=True)  # the stack's TP plan always shards the sequence
+        data = {**data, "parallelism": par}
+    elif fw.moe_tp_shards_sequence and par.tp > 1 and not par.sequence_parallel and (
+            par.ep > 1 or _num_experts(data.get("model"))):
+        warn("parallelism.sequence_parallel", f"{fw.name} requires sequence parallelism for a mixture-of-experts "
+             f"model with tp = {par.tp}: predicted with --sequence-parallel")
+        par = par.replace(sequence_parallel=True)
         data = {**data, "parallelism": par}
     sp = par.sequence_parallel and par.tp > 1
     ogr = training.overlap_grad_reduce if training.overlap_grad_reduce is not None else fw.overlap_grad_reduce

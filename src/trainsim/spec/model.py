@@ -108,6 +108,16 @@ class Model(Spec, frozen=True):
         default=None, ge=0, le=MAX_EXPERTS)
     moe_router_topk: Annotated[int, Flag("--moe-router-topk", help="experts per token")] = Field(
         default=2, gt=0, le=MAX_EXPERTS)
+    moe_router_num_groups: Annotated[int | None, Flag(
+        "--moe-router-num-groups", help="group-limited routing: expert groups (DeepSeek n_group)")] = (
+        Field(default=None, gt=0, le=MAX_EXPERTS,
+              description="group-limited (device/node-limited) routing: the experts are split in this many groups "
+                          "(DeepSeek's n_group, Megatron's --moe-router-num-groups); None: no groups"))
+    moe_router_group_topk: Annotated[int | None, Flag(
+        "--moe-router-group-topk", help="group-limited routing: groups a token may use (DeepSeek topk_group)")] = (
+        Field(default=None, gt=0, le=MAX_EXPERTS,
+              description="group-limited routing: a token picks its experts inside its best groups, this many "
+                          "(DeepSeek's topk_group; DeepSeek-V3: 4 of 8, each token reaches at most 4 nodes)"))
     moe_ffn_hidden_size: Annotated[int | None, Flag("--moe-ffn-hidden-size", help="expert FFN size")] = Field(
         default=None, gt=0, le=MAX_WIDTH)
     moe_shared_expert_intermediate_size: Annotated[int | None, Flag(
@@ -178,6 +188,17 @@ class Model(Spec, frozen=True):
                 f"all {self.num_layers} layers would be dense",
                 "use fewer first dense layers than layers",
             )
+        groups, picked = self.moe_router_num_groups, self.moe_router_group_topk
+        if self.is_moe and (groups is None) != (picked is None):
+            raise TrainsimError("model.moe_router_group_topk", "group-limited routing needs both the number of groups "
+                                "and the groups a token uses", "give --moe-router-num-groups and "
+                                "--moe-router-group-topk together (or neither)")
+        if self.is_moe and groups is not None and picked is not None and (
+                (self.num_experts or 0) % groups or picked > groups
+                or self.moe_router_topk > picked * ((self.num_experts or 0) // groups)):
+            raise TrainsimError("model.moe_router_num_groups", f"{groups} groups picking {picked} cannot route top-"
+                                f"{self.moe_router_topk} over {self.num_experts} experts",
+                                "use groups dividing the experts, at most that many picked, holding the top-k")
         if self.is_moe and self.moe_router_topk > (self.num_experts or 0):
             raise TrainsimError(
                 "model.moe_router_topk",

@@ -97,6 +97,14 @@ class Training(Spec, frozen=True):
         description="Megatron's --overlap-moe-expert-parallel-comm / DualPipe: a micro-batch's dispatch and combine "
                     "hide behind another micro-batch's compute",
     )
+    moe_token_dispatcher: Annotated[Literal["alltoall", "flex"], Flag(
+        "--moe-token-dispatcher-type", param="moe_token_dispatcher",
+        help="expert token dispatcher: alltoall (NCCL all-to-all, a copy per chosen expert) or flex (DeepEP / "
+             "HybridEP: one copy per destination node over the network, forwarded over NVLink)")] = Field(
+        default="alltoall",
+        description="Megatron's --moe-token-dispatcher-type: alltoall (an all-to-all of a copy per chosen expert) or "
+                    "flex (DeepEP / HybridEP, --moe-flex-dispatcher-backend: a token crosses the network once per "
+                    "destination node and is forwarded to that node's experts over NVLink)")
     attention: Annotated[Literal["flash", "unfused", "eager"] | None, Flag(
         "--attention", megatron=False,
         help="core attention path: flash, unfused (fused softmax on s² scores) or eager (fp32 softmax chain)")] = None

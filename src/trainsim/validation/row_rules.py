@@ -311,6 +311,11 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     # context parallelism's communication: Megatron's --cp-comm-type, DeepSpeed-Ulysses' all-to-all
     (r"--cp-comm-type[=\s]+(a2a\+p2p|p2p|all_gather|allgather|a2a)(?![\w+])", "cp_comm_type", None),
     (r"(?i)\bulysses\b|--ds-sequence-parallel-size\b", "cp_comm_type", "a2a"),
+    # the MoE token dispatcher: DeepEP / HybridEP (Megatron-Core's flex dispatcher) or NCCL's all-to-all
+    (r"(?i)\b(?:deep[-_ ]?ep|hybrid[-_ ]?ep)\b|--moe-token-dispatcher-type[=\s]+flex\b|--moe-enable-deepep\b"
+     r"|\bflex (?:token )?dispatcher\b", "moe_token_dispatcher", "flex"),
+    (r"--moe-token-dispatcher-type[=\s]+alltoall\b|(?i:\balltoall dispatcher\b)", "moe_token_dispatcher", "alltoall"),
+    (r"--overlap-moe-expert-parallel-comm\b|(?i:\bmoe_a2a_overlap\W*(?:=|:)?\W*true\b)", "moe_a2a_overlap", True),
     (r"--hierarchical-context-parallel-sizes[=\s]+(\d+[\s,]+\d+)", "hierarchical_cp_sizes", None),
     (r"--fp8-format\b|--fp8\b", "precision", "fp8"),
     (r"--bf16\b", "precision", "bf16"),

@@ -456,6 +456,12 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
     assumed: list[str] = []
     ep = int(_pick("ep", _int(row, "ep"), stated, 1, assumed if "ep" in stated else None))
     etp = stated.get("etp")
+    gpus = _int(row, "num_gpus")
+    if etp is None and ep > 1 and tp > 1 and gpus and (gpus // pp) % (ep * tp):
+        # Megatron's default expert TP is tp, but the expert grid ep·etp must divide tp·cp·dp: a run that could not
+        # have used it ran expert TP 1 (what Megatron-Bridge's MoE recipes set: expert_tensor_parallel_size=1)
+        etp = 1
+        assumed.append(f"etp 1 (unstated; ep {ep} × tp {tp} does not divide the {gpus // pp} GPUs of a stage)")
     if _int(row, "vpp") is None and (v := stated_vpp(stated, layers, pp)) is not None:
         vpp = v
         assumed.append(f"vpp {v} (from the notes)")
@@ -502,9 +508,15 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
                         and (zero is None or zero >= 1),
                         optimizer_cpu_offload="optimizer_offload" in stated,
                         optimizer_offload_fraction=stated.get("optimizer_offload", 1.0),
-                        param_cpu_offload=bool(stated.get("param_offload")))
+                        param_cpu_offload=bool(stated.get("param_offload")),
+                        moe_token_dispatcher=stated.get("moe_token_dispatcher", "alltoall"),
+                        moe_a2a_overlap=bool(stated.get("moe_a2a_overlap")))
     assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
                 if getattr(training, k) and stated.get(k)]
+    if training.moe_a2a_overlap:
+        assumed.append("expert all-to-all overlapped with another micro-batch (from the notes)")
+    if "moe_token_dispatcher" in stated:
+        assumed.append(f"{stated['moe_token_dispatcher']} token dispatcher (from the notes)")
     if training.param_cpu_offload:
         assumed.append("parameters, gradients and optimizer offloaded to the CPU (stated in the source or notes)")
     elif training.offloaded_fraction:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
+from trainsim.parallel.layout import placements_of
 from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
 from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
@@ -32,6 +33,7 @@ from trainsim.workload.ops import (
     gemm,
     gemm_with_grads,
 )
+from trainsim.workload.routing import network_copy_ratio
 
 if TYPE_CHECKING:
     from trainsim.spec.framework import FlashKernel, MoeExpertLaunch, SelectiveRecompute
@@ -78,6 +80,8 @@ class Shard:
     p2p_split: bool = True  # a pipeline transfer carries this TP rank's share only (WHOLE_TENSOR_P2P_ENGINES: not)
     moe_expert_launch: MoeExpertLaunch = "cpp_loop"  # how the local experts are issued (Framework)
     flash_kernel: FlashKernel = "cudnn"  # the flash attention kernel library (Framework.flash_kernel)
+    moe_dispatcher: str = "alltoall"  # alltoall (a copy per expert) or flex (DeepEP/HybridEP: a copy per node)
+    ep_nodes: int = 1  # nodes the expert-parallel group spans (the flex dispatcher's network copies)
 
     def op_sac(self, model: Model, moe: bool) -> bool:
         """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
@@ -192,6 +196,8 @@ def shard_of(job: Job) -> Shard:
         p2p_split=job.framework.pipeline_engine not in WHOLE_TENSOR_P2P_ENGINES,
         moe_expert_launch=job.framework.moe_expert_launch,
         flash_kernel=job.framework.flash_kernel,
+        moe_dispatcher=tr.moe_token_dispatcher,
+        ep_nodes=placements_of(job)[Group.EP].nodes if par.ep > 1 else 1,
     )
 
 
@@ -617,6 +623,8 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
         comm_bwd += _tp_comm_bwd(shard, h, "shared_in", True, fc1)
     if shard.ep > 1:
         a2a = copies * model.moe_load_imbalance * h * e  # the busiest receiver sets the pace
+        # flex (DeepEP / HybridEP): a token crosses the network once per node it reaches, then NVLink
+        share = network_copy_ratio(model, shard.ep_nodes) if shard.moe_dispatcher == "flex" else 1.0
         hide: ComputeOp | None = None
         hide_c: ComputeOp | None = None
         if shared_fc is not None and shard.moe_shared_expert_overlap:
@@ -627,11 +635,13 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
             hide_b, hide_bc = attn.core_bwd, attn.proj[1]
         # without a compute op to hide behind: dispatch right after the permutation, combine right before the
         # unpermutation (and the mirror in backward)
-        comm_fwd += [_behind(CommOp("moe_dispatch", "all_to_all", Group.EP, "fwd", a2a), hide, permute),
-                     _behind(CommOp("moe_combine", "all_to_all", Group.EP, "fwd", a2a), hide_c, unpermute, True)]
-        comm_bwd += [_behind(CommOp("moe_combine_grad", "all_to_all", Group.EP, "bwd", a2a), hide_b, unpermute_grad),
-                     _behind(CommOp("moe_dispatch_grad", "all_to_all", Group.EP, "bwd", a2a), hide_bc, permute_grad,
-                             True)]
+        def a2a_op(name: str, phase: Phase) -> CommOp:
+            return CommOp(name, "all_to_all", Group.EP, phase, a2a, network_share=share)
+
+        comm_fwd += [_behind(a2a_op("moe_dispatch", "fwd"), hide, permute),
+                     _behind(a2a_op("moe_combine", "fwd"), hide_c, unpermute, True)]
+        comm_bwd += [_behind(a2a_op("moe_combine_grad", "bwd"), hide_b, unpermute_grad),
+                     _behind(a2a_op("moe_dispatch_grad", "bwd"), hide_bc, permute_grad, True)]
     if etp > 1:
         ag = rows * h * e
         comm_fwd += [CommOp("moe_etp_gather", "all_gather", Group.ETP, "fwd", ag),

@@ -143,6 +143,8 @@ class CommOp:
 
     ``overlap`` says how it may overlap compute and ``behind`` is the compute op it runs under (or, when it cannot
     hide, the op it serves: it blocks right before it for an operand delivery, right after for a reduction).
+    ``network_share``: the share of an all-to-all's inter-node bytes actually sent over the network (a
+    deduplicating MoE dispatcher, :func:`trainsim.workload.routing.network_copy_ratio`; 1 for NCCL's).
     ``anchor``/``before``: where a collective without such an op in its pass blocks the compute stream (e.g. a
     row-parallel all-reduce right before the residual add). Ops are referenced, never named.
     """
@@ -156,6 +158,7 @@ class CommOp:
     behind: ComputeOp | None = None
     anchor: ComputeOp | None = None
     before: bool = False
+    network_share: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.group, Group):  # a name: checked, never priced as another group
