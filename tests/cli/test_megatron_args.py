@@ -199,11 +199,13 @@ def test_hierarchical_context_parallelism_from_flags_and_pasted_megatron_args(tm
 
 
 def test_recompute_modules_take_every_value_as_megatron_does(tmp_path, capsys):
-    """Megatron's --recompute-modules is nargs='*': core_attn is selective recomputation, the modelled modules are
-    kept, the others are named in a note (never mistaken for stray arguments)."""
-    a = parse_megatron_args(["--recompute-modules", "core_attn", "mlp", "--bf16"])
+    """Megatron's --recompute-modules is nargs='*': core_attn is selective recomputation, every module Megatron-Core
+    offers (mla_up_proj, moe_act, layernorm, mlp, moe, shared_experts) is kept, an unknown name is noted (never
+    mistaken for a stray argument)."""
+    a = parse_megatron_args(["--recompute-modules", "core_attn", "mlp", "future_module", "--bf16"])
     assert a.options["recompute_granularity"] == "selective" and a.options["bf16"] is True
-    assert a.unrecognised == [] and any("mlp" in n for n in a.notes)
+    assert a.options["recompute_modules"] == "mlp"
+    assert a.unrecognised == [] and any("future_module" in n for n in a.notes)
     assert parse_megatron_args(["--recompute-modules", "moe_act", "mla_up_proj"]).options["recompute_modules"] == \
         "moe_act,mla_up_proj"
     path = tmp_path / "args.txt"

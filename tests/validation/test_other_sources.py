@@ -880,6 +880,15 @@ def test_hierarchical_context_parallelism_in_the_notes(tmp_path):
     assert m.job.framework.cp_comm_type == "a2a+p2p" and m.job.cp_levels == (2, 4)
 
 
+def test_recompute_modules_in_the_notes(tmp_path):
+    """Megatron's --recompute-modules in a row's notes (Megatron-MoE-ModelZoo's "norm, act"): the modules apply."""
+    m = one(tmp_path, model="Mixtral-8x22B", L=56, h=6144, heads=48, kv_heads=8, ffn=16384, vocab=32768, tp=2, pp=4,
+            num_gpus=128, global_batch=256, recompute="selective",
+            notes="EP8 --recompute-modules layernorm moe_act --bf16")
+    assert m.job.training.recompute_modules == ("layernorm", "moe_act")
+    assert "recompute modules layernorm,moe_act (from the notes)" in m.assumptions
+
+
 def test_a_run_that_only_fits_fully_sharded_gets_the_stacks_fsdp(tmp_path):
     """Llama 3 70B on 64 GB200 without TP/PP fits only fully sharded: an unstated stage becomes Megatron-FSDP
     (ZeRO-3) after the distributed optimizer and recomputation fail; "FSDP = 1" in the notes names it."""

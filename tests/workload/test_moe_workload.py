@@ -124,3 +124,32 @@ def test_flex_dispatcher_sends_a_token_once_per_node_over_the_network():
     assert shared - latency == pytest.approx((full - latency) * 0.5, rel=1e-6)
     assert collective_time("all_to_all", 2e8, Placement(8, 8, 1), system, cal, 1, network_share=0.5) == \
         collective_time("all_to_all", 2e8, Placement(8, 8, 1), system, cal, 1)
+
+
+def test_megatron_recompute_modules_checkpoint_their_module():
+    """--recompute-modules (Megatron-Core, selective granularity): a checkpointed MoE layer (`moe`) reruns its whole
+    forward, all-to-alls included, and keeps only its input; `shared_experts` reruns the shared expert and its TP
+    collectives; `mlp` the dense MLP; `layernorm` MLA's input norm and the MoE layer's pre-MLP norm (outputs
+    discarded). Each saves activation memory and adds its forward to the recompute."""
+    v3 = load_model("deepseek-v3")
+    base = dict(micro_batch=1, seq=4096, tp=2, ep=8, sequence_parallel=True, recompute="selective")
+
+    def work(moe: bool, *modules: str):  # type: ignore[no-untyped-def]
+        shard = Shard(**base, recompute_modules=modules)
+        return layer_work(v3, shard, moe), layer_activation_bytes(v3, shard, moe)
+
+    (plain, mem), (moe, mem_moe) = work(True), work(True, "moe")
+    assert not plain.recompute and not plain.comm_recompute
+    assert {op.name for op in moe.recompute} >= {"moe_permute", "moe_unpermute"}
+    assert {c.name for c in moe.comm_recompute} >= {"moe_dispatch", "moe_combine"}
+    assert mem_moe < 0.5 * mem
+    shared, mem_shared = work(True, "shared_experts")
+    assert {op.name for op in shared.recompute if op.kind == "gemm"} == {"shared_expert_fc1", "shared_expert_fc2"}
+    assert {c.name for c in shared.comm_recompute} <= {"shared_in", "shared_out"} and shared.comm_recompute
+    assert mem_moe < mem_shared < mem
+    dense, mem_dense = work(False)
+    mlp, mem_mlp = work(False, "mlp")
+    assert {op.name for op in mlp.recompute if op.kind == "gemm"} == {"mlp_fc1", "mlp_fc2"} and not dense.recompute
+    assert mem_mlp < mem_dense
+    norm, mem_norm = work(True, "layernorm")
+    assert [op.name for op in norm.recompute] == ["input_norm", "mlp_norm"] and mem_norm < mem

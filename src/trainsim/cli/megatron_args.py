@@ -80,8 +80,8 @@ def _checkpoint_activations(a: MegatronArgs, v: str | None) -> None:
 
 
 #: Megatron's --recompute-modules (nargs='*'): core_attn is selective recomputation; the modules trainsim models are
-#: kept; the others (mlp, layernorm, moe, shared_experts ...) are listed in a note.
-MODELLED_RECOMPUTE_MODULES = ("mla_up_proj", "moe_act")
+#: kept; names it does not know are listed in a note.
+MODELLED_RECOMPUTE_MODULES = ("mla_up_proj", "moe_act", "layernorm", "mlp", "moe", "shared_experts")
 
 
 def _recompute_modules(a: MegatronArgs, values: list[str]) -> None:
@@ -93,7 +93,8 @@ def _recompute_modules(a: MegatronArgs, values: list[str]) -> None:
         a.options["recompute_modules"] = ",".join(kept)
     other = [n for n in names if n not in (*MODELLED_RECOMPUTE_MODULES, "core_attn")]
     if other:
-        a.notes.append(f"--recompute-modules {' '.join(other)}: not modelled (only core_attn, mla_up_proj, moe_act)")
+        a.notes.append(f"--recompute-modules {' '.join(other)}: not modelled (core_attn and "
+                       f"{', '.join(MODELLED_RECOMPUTE_MODULES)} are)")
 
 
 #: Megatron-FSDP / torch FSDP2 inside Megatron-LM: --data-parallel-sharding-strategy → ZeRO stage.

@@ -404,8 +404,12 @@ def validate_job(job: Job) -> None:
     if "mla_up_proj" in tr.recompute_modules and not m.multi_latent_attention:
         raise TrainsimError("training.recompute_modules", "mla_up_proj needs multi-latent attention",
                             "drop mla_up_proj for models without MLA")
-    if "moe_act" in tr.recompute_modules and not m.is_moe:
-        raise TrainsimError("training.recompute_modules", "moe_act needs a model with experts", "drop moe_act")
+    for module in ("moe_act", "moe", "shared_experts"):
+        if module in tr.recompute_modules and not m.is_moe:
+            raise TrainsimError("training.recompute_modules", f"{module} needs a model with experts", f"drop {module}")
+    if "shared_experts" in tr.recompute_modules and not m.moe_shared_expert_intermediate_size:
+        raise TrainsimError("training.recompute_modules", "shared_experts needs a model with a shared expert",
+                            "drop shared_experts")
     if tr.moe_a2a_overlap and par.ep == 1:
         raise TrainsimError("training.moe_a2a_overlap", "overlapping the expert all-to-all needs ep > 1",
                             "use --ep > 1 or drop --overlap-moe-expert-parallel-comm")

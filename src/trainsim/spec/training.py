@@ -27,6 +27,10 @@ def grad_element_bytes(grads_fp32: bool, param_bytes: float) -> float:
     return 4.0 if grads_fp32 else param_bytes
 
 
+#: Megatron-Core's --recompute-modules beyond core attention (selective granularity).
+RecomputeModule = Literal["mla_up_proj", "moe_act", "layernorm", "mlp", "moe", "shared_experts"]
+
+
 class Training(Spec, frozen=True):
     """Per-iteration training settings (Megatron names).
 
@@ -83,9 +87,13 @@ class Training(Spec, frozen=True):
         default=False, description="Megatron-Core --fp8-param-gather: the model's compute copy of the parameters is "
                                    "its FP8 weights (no 16-bit copy) and the distributed optimizer all-gathers them "
                                    "in FP8 (1 byte per parameter)")
-    recompute_modules: Annotated[tuple[Literal["mla_up_proj", "moe_act"], ...], Flag(
-        "--recompute-modules", help="modules recomputed in backward: mla_up_proj, moe_act (comma-separated)")] = Field(
-        default=(), description="Megatron's --recompute-modules subset modelled: MLA up-projections, expert activations"
+    recompute_modules: Annotated[tuple[RecomputeModule, ...], Flag(
+        "--recompute-modules", help="modules recomputed in backward (comma-separated): mla_up_proj, moe_act, "
+                                    "layernorm, mlp, moe, shared_experts (core_attn: --recompute-granularity "
+                                    "selective)")] = Field(
+        default=(), description="Megatron-Core's --recompute-modules beyond core attention: MLA up-projections and "
+                                "expert activations, norms (layernorm: output discarded), and checkpointed dense MLP, "
+                                "MoE layer or shared experts (recomputed, collectives included, keeping their input)"
     )
     moe_shared_expert_overlap: Annotated[bool, Flag(
         "--moe-shared-expert-overlap", help="run the shared expert while tokens are dispatched")] = Field(

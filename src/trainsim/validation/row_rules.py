@@ -294,6 +294,8 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (_FP8_PARAM_GATHER, "zero", 1),  # needs the distributed optimizer
     (r"--recompute-granularity[=\s]+(full|selective)\b", "recompute", None),
     (r"--recompute-activations\b", "recompute", "selective"),
+    (r"--recompute-modules[=\s]+((?:(?:core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts)\b[\s,]*)+)",
+     "recompute_modules", None),
     (r"--checkpoint-activations\b", "recompute", "full"),
     (r"--use-flash-attn\b", "attention", "flash"),  # legacy Megatron-LM (2023): FlashAttention in CoreAttention
     # Hugging Face transformers: attn_implementation="eager" (the fp32 softmax chain on the s² scores; the default

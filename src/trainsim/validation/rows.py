@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import re
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -62,7 +62,7 @@ from trainsim.spec.parallelism import Parallelism
 from trainsim.spec.pipeline_split import split_slots, virtual_stage_layers
 from trainsim.spec.presets import list_models, load_model, load_system
 from trainsim.spec.system import System
-from trainsim.spec.training import Precision, Recompute, Training
+from trainsim.spec.training import Precision, Recompute, RecomputeModule, Training
 from trainsim.validation.fitting import (
     expert_parallel_that_fits,
     fitting_job,
@@ -481,6 +481,13 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
 SOURCE_STATED = ("zero", "optimizer_offload", "param_offload")
 
 
+def _recompute_modules(stated: dict[str, Any]) -> tuple[RecomputeModule, ...]:
+    """Megatron's ``--recompute-modules`` named in the notes, beyond ``core_attn`` (selective granularity; the notes
+    rule matches Megatron's module names only)."""
+    names = str(stated.get("recompute_modules", "")).replace(",", " ").split()
+    return tuple(dict.fromkeys(cast(RecomputeModule, n) for n in names if n != "core_attn"))
+
+
 def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, Any],
               sp: bool, dp: int) -> tuple[Training, list[str]]:
     """The row's training settings; the global batch and micro-batch made whole over ``dp`` (:func:`whole_batch`)."""
@@ -510,9 +517,12 @@ def _training(row: pd.Series, d: dict[str, Any], notes: str, stated: dict[str, A
                         optimizer_offload_fraction=stated.get("optimizer_offload", 1.0),
                         param_cpu_offload=bool(stated.get("param_offload")),
                         moe_token_dispatcher=stated.get("moe_token_dispatcher", "alltoall"),
-                        moe_a2a_overlap=bool(stated.get("moe_a2a_overlap")))
+                        moe_a2a_overlap=bool(stated.get("moe_a2a_overlap")),
+                        recompute_modules=_recompute_modules(stated))
     assumed += [f"{k} (from the notes)" for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
                 if getattr(training, k) and stated.get(k)]
+    if training.recompute_modules:
+        assumed.append(f"recompute modules {','.join(training.recompute_modules)} (from the notes)")
     if training.moe_a2a_overlap:
         assumed.append("expert all-to-all overlapped with another micro-batch (from the notes)")
     if "moe_token_dispatcher" in stated:

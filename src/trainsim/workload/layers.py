@@ -395,7 +395,9 @@ def _attention_block(model: Model, shard: Shard) -> tuple[Work, _AttentionOps]:
         fwd += m_f
         bwd += m_b
         if "mla_up_proj" in shard.recompute_modules:
-            up_recompute = up
+            up_recompute = list(up)
+        if "layernorm" in shard.recompute_modules:  # MLA's input norm is its own module: output recomputed
+            up_recompute.insert(0, ln_f)
         d = (model.head_dim + model.v_dim) // 2  # attention FLOPs: QKᵀ over qk dims, PV over v dims
     else:
         fwd += _casts(shard, t * h)
@@ -563,7 +565,8 @@ def _expert_launches(ops: list[ComputeOp], shard: Shard, local_experts: int) -> 
 
 
 def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
-        list[ComputeOp], list[ComputeOp], list[ComputeOp], tuple[CommOp, ...], tuple[CommOp, ...]]:
+        list[ComputeOp], list[ComputeOp], list[ComputeOp], tuple[CommOp, ...], tuple[CommOp, ...],
+        tuple[CommOp, ...]]:
     """Router, permutation, token dispatch, grouped expert GEMMs, combine and shared expert of one MoE layer.
 
     Mirrors Megatron-Core's ``MoELayer`` with the all-to-all token dispatcher: router (a GEMM to ``num_experts``
@@ -573,7 +576,9 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     path (reduce-scatter, all-to-all combine, unpermute with the routing weights). The shared expert is an ordinary
     TP MLP on all tokens; with ``--moe-shared-expert-overlap`` it runs while the tokens are dispatched; with the
     all-to-all overlap of merged 1F1B / DualPipe the attention of another micro-batch (``attn``) runs meanwhile.
-    Returns (forward, backward, activation-recompute, forward comm, backward comm).
+    ``--recompute-modules`` (Megatron-Core, selective granularity): ``moe_act`` reruns the expert activation,
+    ``shared_experts`` the shared expert (with its TP collectives), ``moe`` the whole layer (its all-to-alls too).
+    Returns (forward, backward, recompute, forward comm, backward comm, recompute comm).
     """
     h, tp, etp = model.hidden_size, shard.tp, shard.expert_tp
     dt, e = shard.gemm_dtype, shard.act_bytes
@@ -610,6 +615,7 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     shared = model.moe_shared_expert_intermediate_size or 0
     comm_fwd: list[CommOp] = []
     comm_bwd: list[CommOp] = []
+    shared_recompute_comm: tuple[CommOp, ...] = ()
     shared_fc: tuple[Linear, Linear] | None = None
     if shared:
         f, b_, fc1, fc2 = _mlp_gemms("shared_expert", shard.tokens, h, shared // tp, model.mlp_activation, dt, shard,
@@ -617,8 +623,11 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
         shared_fc = fc1, fc2
         fwd += f
         bwd += b_
-        comm_fwd += _tp_comm(shard, h, "shared_in", True, fc1)
-        comm_fwd += _tp_comm(shard, h, "shared_out", False, fc2)
+        shared_comm = _tp_comm(shard, h, "shared_in", True, fc1) + _tp_comm(shard, h, "shared_out", False, fc2)
+        comm_fwd += shared_comm
+        if "shared_experts" in shard.recompute_modules and "moe" not in shard.recompute_modules:
+            act_recompute = [*act_recompute, *f]  # checkpointed: its forward (and TP collectives) run again
+            shared_recompute_comm = shared_comm
         comm_bwd += _tp_comm_bwd(shard, h, "shared_out", False, fc2)
         comm_bwd += _tp_comm_bwd(shard, h, "shared_in", True, fc1)
     if shard.ep > 1:
@@ -648,7 +657,9 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
                      CommOp("moe_etp_scatter", "reduce_scatter", Group.ETP, "fwd", ag)]
         comm_bwd += [CommOp("moe_etp_gather_grad", "all_gather", Group.ETP, "bwd", ag),
                      CommOp("moe_etp_scatter_grad", "reduce_scatter", Group.ETP, "bwd", ag)]
-    return fwd, bwd, act_recompute, tuple(comm_fwd), tuple(comm_bwd)
+    if "moe" in shard.recompute_modules:  # the whole MoE layer checkpointed: router, dispatch, experts, combine again
+        return fwd, bwd, list(fwd), tuple(comm_fwd), tuple(comm_bwd), tuple(comm_fwd)
+    return fwd, bwd, act_recompute, tuple(comm_fwd), tuple(comm_bwd), shared_recompute_comm
 
 
 def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Work:
@@ -661,7 +672,10 @@ def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Wo
     ln_f, ln_b = _norm("mlp_norm", shard, h, model.normalization == "RMSNorm")
     fwd.append(ln_f)
     bwd.append(ln_b)
+    if moe and "layernorm" in shard.recompute_modules:
+        recompute.append(ln_f)  # the MoE layer's own pre-MLP norm, output discarded and recomputed
     fc2: Linear | None = None
+    comm_re: tuple[CommOp, ...] = ()
     if not moe:
         f, b_, fc1, fc2 = _mlp_gemms("mlp", t, h, model.ffn_size // tp, model.mlp_activation, dt, shard,
                                      bias=model.add_bias_linear)
@@ -670,8 +684,12 @@ def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Wo
         bwd += b_
         comm_bwd: tuple[CommOp, ...] = (_tp_comm_bwd(shard, h, "mlp_out", False, fc2)
                                          + _tp_comm_bwd(shard, h, "mlp_in", True, fc1))
+        if "mlp" in shard.recompute_modules:  # the dense MLP checkpointed: its GEMMs and TP collectives again
+            recompute += f
+            comm_re = comm_fwd
     else:
-        f, b_, recompute, comm_fwd, comm_bwd = _moe_block(model, shard, attn)
+        f, b_, moe_recompute, comm_fwd, comm_bwd, comm_re = _moe_block(model, shard, attn)
+        recompute += moe_recompute
         fwd += f
         bwd += b_
     da_f, da_b = _dropout_add("mlp_bias_dropout_add", shard, model)
@@ -679,7 +697,9 @@ def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Wo
     bwd.append(da_b)
     if fc2 is not None:
         comm_fwd += _tp_comm(shard, h, "mlp_out", False, fc2, anchor=da_f)
-    return Work(tuple(fwd), tuple(bwd), tuple(recompute), comm_fwd, comm_bwd)
+        if "mlp" in shard.recompute_modules:
+            comm_re = comm_fwd
+    return Work(tuple(fwd), tuple(bwd), tuple(recompute), comm_fwd, comm_bwd, comm_re)
 
 
 @lru_cache(maxsize=4096)
@@ -699,7 +719,7 @@ def layer_work(model: Model, shard: Shard, moe: bool = False) -> Work:
         recompute, comm_re = op_sac_recompute(model, shard, fwd), tuple(c for c in comm_fwd
                                                                         if c.collective == "all_gather")
     else:
-        recompute, comm_re = a.recompute + m.recompute, ()
+        recompute, comm_re = a.recompute + m.recompute, a.comm_recompute + m.comm_recompute
     mlp = model.moe_mlp_params / shard.ep if moe else model.dense_mlp_params
     acc = _grad_accumulation(shard, "layer_grad_accumulation", (model.attention_params + mlp) / shard.tp)
     return Work(fwd, m.bwd + a.bwd + acc, recompute, comm_fwd, m.comm_bwd + a.comm_bwd, comm_re,

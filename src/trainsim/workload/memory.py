@@ -155,9 +155,11 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
     up-projected Q/K/V (the latter recomputed instead with ``mla_up_proj`` in ``recompute_modules``); an MoE layer
     keeps the router probabilities, the permuted expert inputs of the busiest rank, the expert FC1 output and FC2
     input (``moe_act`` recomputes the activation instead of keeping the FC2 input), the expert outputs for the
-    routing-weight gradient, and the shared expert's tensors. Eager RMSNorm keeps its fp32 input and normalised
-    output, eager SwiGLU its SiLU output, the transformers layout the attention kernel's output beside the
-    projection's contiguous copy of it; dropout masks only where the stack runs dropout.
+    routing-weight gradient, and the shared expert's tensors. Megatron-Core's other ``--recompute-modules``: a
+    checkpointed dense MLP (``mlp``), MoE layer (``moe``) or shared expert (``shared_experts``) keeps only its input,
+    ``layernorm`` discards the output of a norm that is its own module (MLA's input norm). Eager RMSNorm keeps its
+    fp32 input and normalised output, eager SwiGLU its SiLU output, the transformers layout the attention kernel's
+    output beside the projection's contiguous copy of it; dropout masks only where the stack runs dropout.
     """
     fusion, tp, recompute, attention = shard.fusion, shard.tp, shard.recompute, shard.attention
     recompute_modules, etp = shard.recompute_modules, shard.etp
@@ -179,8 +181,10 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
     # attention block
     if model.multi_latent_attention:
         qr, kvr, rope, vd = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_pos_emb_head_dim, model.v_dim
-        total = e * sbh / rep + q * sbh  # norm input, down-projection input (gathered: the down-projections
-        total += (e + q) * sb * (qr + kvr) + e * sb * rope  # are replicated over TP); latents and their norms
+        total = e * sbh / rep  # norm input
+        if "layernorm" not in recompute_modules:  # the norm's output, the down-projections' input (gathered:
+            total += q * sbh  # they are replicated over TP); discarded and recomputed with layernorm
+        total += (e + q) * sb * (qr + kvr) + e * sb * rope  # latents and their norms
         if "mla_up_proj" not in recompute_modules:
             total += e * sb * heads * (2 * d + vd)  # Q, K (with RoPE parts) and V of the local heads
         total += q * sb * heads * vd  # projection input
@@ -205,7 +209,9 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
     # MLP block
     total += e * sbh / rep  # norm input
     mult = 2 if model.swiglu else 1
-    if moe:
+    if moe and "moe" in recompute_modules:
+        total += e * sbh / rep  # the checkpointed MoE layer keeps only its input (the pre-MLP norm's output)
+    elif moe:
         etp_ = tp if etp is None else etp
         copies, rows = expert_rows(model, sb, tp, etp_)
         total += 2 * 4.0 * sb / tp * (model.num_experts or 0)  # router logits and probabilities (fp32)
@@ -216,9 +222,9 @@ def layer_activation_bytes(model: Model, shard: Shard, moe: bool = False) -> flo
             total += q * rows * f  # FC2 input
         total += e * copies * h  # expert outputs for the routing-weight gradient
         shared = model.moe_shared_expert_intermediate_size or 0
-        if shared:
+        if shared and "shared_experts" not in recompute_modules:  # checkpointed: nothing beyond its input
             total += q * sbh / rep + e * sb * mult * shared / tp + q * sb * shared / tp
-    else:
+    elif "mlp" not in recompute_modules:  # a checkpointed dense MLP keeps only its input (the norm input above)
         total += q * sbh / rep  # FC1 input
         total += e * sb * mult * model.ffn_size / tp + q * sb * model.ffn_size / tp
         if model.swiglu and not fusion.bias_activation:  # eager silu(gate) * up keeps the SiLU output too
