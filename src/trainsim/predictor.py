@@ -14,6 +14,7 @@ from trainsim.estimate import estimate
 from trainsim.metrics import SECONDS_PER_DAY, TrainingRun, peak_flops, training_run, utilization
 from trainsim.spec.job import Job
 from trainsim.workload.flops import FlopsConvention, iteration_flops
+from trainsim.workload.layers import shard_of
 from trainsim.workload.memory import StageMemory, device_peak, memory_per_stage
 
 __all__ = ["SECONDS_PER_DAY", "MemoryOut", "Prediction", "TrainingOut", "job_summary", "memory_report", "predict",
@@ -156,6 +157,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "tp_comm_overlap": tr.tp_comm_overlap,
         "precision": tr.precision,
         "fp8_recipe": (tr.fp8_recipe or "delayed") if tr.precision == "fp8" else None,
+        "gemm_dtype": shard_of(job).gemm_dtype,  # what the linear layers' GEMMs run in (fp4 under nvfp4)
         "fp8_param_gather": tr.fp8_param_gather,
         "optimizer_cpu_offload": tr.optimizer_cpu_offload,
         "optimizer_offload_fraction": tr.offloaded_fraction,

@@ -348,3 +348,15 @@ def test_moe_token_dispatcher_flex_and_its_megatron_spellings(tmp_path, capsys):
     assert flex["breakdown_s"]["ep_comm"] < plain["breakdown_s"]["ep_comm"]  # EP64 spans 8 nodes
     code, _, err = run([*moe, "--moe-token-dispatcher-type", "allgather"], capsys)
     check_one_line_error(code, err, "moe_token_dispatcher")
+
+
+def test_megatron_fp4_flags_select_the_nvfp4_recipe(tmp_path, capsys):
+    """Megatron-Core's --fp4-format e2m1 --fp4-recipe nvfp4 on top of --bf16: FP4 GEMMs (trainsim's --fp8-recipe
+    nvfp4), echoed as gemm_dtype fp4."""
+    a = parse_megatron_args(["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"])
+    assert a.options["fp8"] is True and a.options["bf16"] is False and a.options["fp8_recipe"] == "nvfp4"
+    path = tmp_path / "fp4.txt"
+    path.write_text("--tensor-model-parallel-size 2 --bf16 --fp4-format e2m1 --fp4-recipe nvfp4\n")
+    job = _predict(["predict", "-m", "llama3-8b", "-s", "dgx-b200", "-n", "8", "--gbs", "64", "--json",
+                    "--megatron-args", str(path)], capsys)["job"]
+    assert (job["precision"], job["fp8_recipe"], job["gemm_dtype"]) == ("fp8", "nvfp4", "fp4")

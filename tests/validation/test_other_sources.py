@@ -880,6 +880,13 @@ def test_hierarchical_context_parallelism_in_the_notes(tmp_path):
     assert m.job.framework.cp_comm_type == "a2a+p2p" and m.job.cp_levels == (2, 4)
 
 
+def test_an_nvfp4_row_runs_the_fp4_recipe(tmp_path):
+    """Megatron-Bridge's NVFP4 rows (precision cell 'NVFP4'): low-precision training with the nvfp4 recipe."""
+    m = one(tmp_path, source="Megatron-Bridge 26.02 performance summary", gpu="GB200", num_gpus=8, seq=8192,
+            global_batch=128, precision="NVFP4")
+    assert m.job.training.precision == "fp8" and m.job.training.fp8_recipe == "nvfp4"
+
+
 def test_recompute_modules_in_the_notes(tmp_path):
     """Megatron's --recompute-modules in a row's notes (Megatron-MoE-ModelZoo's "norm, act"): the modules apply."""
     m = one(tmp_path, model="Mixtral-8x22B", L=56, h=6144, heads=48, kv_heads=8, ffn=16384, vocab=32768, tp=2, pp=4,

@@ -153,3 +153,31 @@ def test_megatron_recompute_modules_checkpoint_their_module():
     assert mem_mlp < mem_dense
     norm, mem_norm = work(True, "layernorm")
     assert [op.name for op in norm.recompute] == ["input_norm", "mlp_norm"] and mem_norm < mem
+
+
+def test_nvfp4_recipe_runs_the_linear_gemms_in_fp4_on_blackwell_only():
+    """--fp8-recipe nvfp4 (Megatron's --fp4-format e2m1 --fp4-recipe nvfp4): the linear layers' GEMMs are FP4 (the
+    attention and the LM head stay 16-bit), priced at the GPU's FP4 peak; the quantization moves an amax pass plus
+    two 16-element-block copies; a GPU without FP4 tensor cores refuses it."""
+    from trainsim.errors import TrainsimError
+    from trainsim.spec import Job, Parallelism, Training, load_system
+    from trainsim.workload.fp8 import recipe_cost
+    from trainsim.workload.layers import head_work
+
+    m = load_model("llama3-8b")
+    fp4 = Shard(micro_batch=1, seq=4096, precision="fp8", fp8_recipe="nvfp4")
+    assert fp4.gemm_dtype == "fp4" and recipe_cost("nvfp4").cast_bytes == 4.0 + 2 * (0.5 + 1 / 16)
+    w = layer_work(m, fp4, False)
+    assert {o.dtype for o in w.fwd if o.kind == "gemm"} == {"fp4"}
+    assert {o.dtype for o in w.fwd if o.kind == "attention"} == {"bf16"}
+    assert {o.dtype for o in head_work(m, fp4).fwd if o.kind == "gemm"} == {"bf16"}
+
+    def job(system: str, recipe: str) -> Job:
+        return Job(model=m, system=load_system(system), num_gpus=8, parallelism=Parallelism(),
+                   training=Training(global_batch_size=8, precision="fp8", fp8_recipe=recipe))
+
+    from trainsim.api import predict
+
+    assert predict(job("dgx-b200", "nvfp4")).iteration_time_s < predict(job("dgx-b200", "mxfp8")).iteration_time_s
+    with pytest.raises(TrainsimError, match="fp8_recipe"):
+        job("dgx-h100", "nvfp4")

@@ -204,6 +204,15 @@ def _pp_partition(a: MegatronArgs, v: str | None) -> None:
         a.notes.append(f"--pp-partition-method {method}: the profile's layer split is modelled")
 
 
+def _fp4(a: MegatronArgs, v: str | None) -> None:
+    """Megatron-Core's ``--fp4-format e2m1`` / ``--fp4-recipe nvfp4``: Transformer Engine's NVFP4 recipe (FP4 GEMMs,
+    trainsim's ``--fp8-recipe nvfp4``); another FP4 recipe is named in a note and priced as NVFP4."""
+    _fp8_format(a, v)
+    a.options["fp8_recipe"] = "nvfp4"
+    if v is not None and v.lower() not in ("e2m1", "nvfp4"):
+        a.notes.append(f"FP4 {v}: modelled as the NVFP4 recipe")
+
+
 def _dispatcher(a: MegatronArgs, v: str | None) -> None:
     """``--moe-token-dispatcher-type``: flex (DeepEP / HybridEP) deduplicates a token's network copies; the others
     are modelled as the all-to-all (allgather, Megatron's default, with a note)."""
@@ -220,6 +229,8 @@ def _dispatcher(a: MegatronArgs, v: str | None) -> None:
 EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--group-query-attention": (False, lambda a, v: a.training.__setitem__("_gqa", True)),
     "--fp8-format": (True, _fp8_format),
+    "--fp4-format": (True, _fp4),
+    "--fp4-recipe": (True, _fp4),
     "--fp8-hybrid": (False, _fp8_format),
     "--recompute-method": (True, _recompute_method),
     "--recompute-activations": (False, lambda a, v: a.options.__setitem__("recompute_granularity", "selective")),

@@ -21,7 +21,7 @@ from functools import lru_cache
 from trainsim.cost.attention_kernels import flash_kernel_factor
 from trainsim.cost.calibration import Calibration
 from trainsim.spec.system import GPU
-from trainsim.workload.ops import ComputeOp
+from trainsim.workload.ops import LOW_PRECISION, ComputeOp
 
 # (tile rows, tile cols, relative speed of that tile shape)
 TILES: tuple[tuple[int, int, float], ...] = (
@@ -64,7 +64,7 @@ def op_time(op: ComputeOp, gpu: GPU, calib: Calibration) -> float:
     mem_bw = gpu.hbm_bandwidth * calib.memory_efficiency
     memory_time = op.bytes / mem_bw
     if op.kind == "gemm":
-        eff = calib.fp8_gemm_efficiency if op.dtype == "fp8" else calib.gemm_efficiency
+        eff = calib.fp8_gemm_efficiency if op.dtype in LOW_PRECISION else calib.gemm_efficiency
         eff *= min(1.0, gemm_shape_efficiency(op.batch, op.m, op.n, op.k, gpu.num_sms))
         compute_time = op.flops / (_peak(gpu, op.dtype) * eff) if op.flops else 0.0
         return max(compute_time, memory_time) + calib.kernel_overhead_s
@@ -77,7 +77,7 @@ def op_time(op: ComputeOp, gpu: GPU, calib: Calibration) -> float:
         if op.phase == "bwd":
             eff *= ATTENTION_BWD_RATIO
         eff *= op.efficiency * flash_kernel_factor(op.kernel, gpu.generation, head_dim)
-        compute_time = op.flops / (_peak(gpu, "bf16" if op.dtype == "fp8" else op.dtype) * eff)
+        compute_time = op.flops / (_peak(gpu, "bf16" if op.dtype in LOW_PRECISION else op.dtype) * eff)
         return max(compute_time, memory_time) + calib.kernel_overhead_s
     compute_time = op.flops / gpu.vector_flops if op.flops else 0.0
     return max(compute_time, memory_time) + calib.kernel_overhead_s

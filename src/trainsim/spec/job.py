@@ -398,7 +398,7 @@ def validate_job(job: Job) -> None:
             raise TrainsimError(
                 "training.fp8_recipe",
                 f"{tr.fp8_recipe or 'delayed'} scaling does not run on {sysm.gpu.name} ({sysm.gpu.generation})",
-                f"use a recipe for {sysm.gpu.generation} GPUs (mxfp8 needs Blackwell), or a "
+                f"use a recipe for {sysm.gpu.generation} GPUs (mxfp8 and nvfp4 need Blackwell), or a "
                 f"{'/'.join(recipe.generations)} system",
             )
     if "mla_up_proj" in tr.recompute_modules and not m.multi_latent_attention:
@@ -413,6 +413,9 @@ def validate_job(job: Job) -> None:
     if tr.moe_a2a_overlap and par.ep == 1:
         raise TrainsimError("training.moe_a2a_overlap", "overlapping the expert all-to-all needs ep > 1",
                             "use --ep > 1 or drop --overlap-moe-expert-parallel-comm")
+    if tr.precision == "fp8" and tr.fp8_recipe == "nvfp4" and sysm.gpu.peak_flops.fp4 is None:
+        raise TrainsimError("training.fp8_recipe", f"{sysm.gpu.name} has no FP4 tensor cores (NVFP4)",
+                            "use a Blackwell system, or an FP8 recipe")
     if tr.precision == "fp8" and sysm.gpu.peak_flops.fp8 is None:
         raise TrainsimError(
             "training.precision",

@@ -15,7 +15,7 @@ from trainsim.spec.base import Spec
 from trainsim.spec.flags import Flag
 from trainsim.spec.limits import MAX_NODE_GPUS, MAX_PRICE
 
-PeakDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+PeakDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
 #: GPU generations with fitted calibration constants, and ``default`` (the documented uncalibrated constants).
 Generation = Literal["ampere", "hopper", "blackwell", "default"]
 GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "default")
@@ -29,14 +29,17 @@ class PeakFlops(Spec, frozen=True):
     fp16: float = Field(gt=0)
     bf16: float = Field(gt=0)
     fp8: float | None = Field(default=None, gt=0)
+    fp4: float | None = Field(default=None, gt=0, description="NVFP4 (Blackwell); None: no FP4 tensor cores")
 
     def for_dtype(self, dtype: str) -> float:
-        """Peak for a data type; FP8 falls back to FP16 on GPUs without FP8 tensor cores."""
+        """Peak for a data type; FP4 falls back to FP8 and FP8 to FP16 on GPUs without those tensor cores."""
         value = getattr(self, dtype, None)
         if value is None:
+            if dtype == "fp4":
+                return self.for_dtype("fp8")
             if dtype == "fp8":
                 return self.fp16
-            raise TrainsimError("precision", f"unknown data type {dtype!r}", "use fp32, tf32, fp16, bf16 or fp8")
+            raise TrainsimError("precision", f"unknown data type {dtype!r}", "use fp32, tf32, fp16, bf16, fp8 or fp4")
         return float(value)
 
 

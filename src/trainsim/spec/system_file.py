@@ -54,6 +54,8 @@ class PeakTflops(_File):
     fp16: float = Field(gt=0, description="FP16 tensor-core peak")
     bf16: float = Field(gt=0, description="BF16 tensor-core peak")
     fp8: float | None = Field(default=None, gt=0, description="FP8 tensor-core peak; absent: no FP8 tensor cores")
+    fp4: float | None = Field(default=None, gt=0, description="FP4 (NVFP4) tensor-core peak; absent: no FP4 tensor "
+                                                              "cores")
 
 
 class GPUFile(_File):

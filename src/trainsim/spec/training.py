@@ -77,9 +77,11 @@ class Training(Spec, frozen=True):
                          Flag("--bf16", const="bf16", help="bf16 mixed precision (default)"),
                          Flag("--fp8", const="fp8", help="FP8 GEMMs (Transformer Engine)"),
                          Flag("--fp32", const="fp32", megatron=False, help="fp32 training (TF32 GEMMs)")] = "bf16"
-    fp8_recipe: Annotated[Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None, Flag(
-        "--fp8-recipe", help="FP8 scaling: delayed, tensorwise, blockwise or mxfp8 (implies --fp8)")] = Field(
-        default=None, description="FP8 scaling recipe (None: delayed when precision is fp8)"
+    fp8_recipe: Annotated[Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"] | None, Flag(
+        "--fp8-recipe", help="low-precision GEMM recipe: FP8 delayed, tensorwise, blockwise or mxfp8, or FP4 nvfp4 "
+                             "(Blackwell; Megatron's --fp4-recipe nvfp4); implies --fp8")] = Field(
+        default=None, description="Transformer Engine's low-precision recipe: FP8 scaling (delayed, tensorwise, "
+                                  "blockwise, mxfp8) or NVFP4 (FP4 GEMMs); None: delayed when precision is fp8"
     )
     fp8_param_gather: Annotated[bool, Flag(
         "--fp8-param-gather", help="keep the compute parameters in FP8 and all-gather them in FP8 (needs --fp8 and "

@@ -124,6 +124,7 @@ _SHARD_WORDS: tuple[tuple[str, int], ...] = (
 #: fp8_delayed_scaling, fp8_subchannel_scaling) and torchao's (rowwise and tensorwise scaling: rowwise scales per
 #: row, priced as the block recipe).
 _FP8_RECIPES: tuple[tuple[str, Fp8Recipe], ...] = (
+    (r"nvfp4|\bfp4\b|e2m1", "nvfp4"),
     (r"mxfp8|fp8[-_ ]?mx\b|\bmx\b", "mxfp8"),
     (r"blockwise|block[-_ ]?scal|sub[-_ ]?channel|fp8[-_ ]?ss\b|fp8[-_ ]?sb\b|rowwise|row[-_ ]?wise", "blockwise"),
     (r"tensorwise|tensor[-_ ]?wise|current[-_ ]?scaling|fp8[-_ ]?cs\b", "tensorwise"),
@@ -201,15 +202,18 @@ def _zero(row: pd.Series) -> int | None:
 
 
 def _fp8_recipe(row: pd.Series) -> Fp8Recipe | None:
-    """The FP8 scaling recipe named in the precision cell (mxfp8, blockwise, tensorwise, delayed), if any."""
+    """The low-precision recipe named in the precision cell (nvfp4, mxfp8, blockwise, tensorwise, delayed), if
+    any; an FP4 cell is low-precision training with the NVFP4 recipe."""
     text = _text(row, "precision") or ""
     return next((r for pattern, r in _FP8_RECIPES if re.search(pattern, text, re.IGNORECASE)), None)
 
 
 #: Precision cell: the first keyword found (case-insensitive) gives the training precision (torchtitan and
-#: torchao write FP8 as float8; Transformer Engine's formats are e4m3/hybrid).
+#: torchao write FP8 as float8; Transformer Engine's formats are e4m3/hybrid; FP4 / NVFP4 / e2m1 is low-precision
+#: training with the nvfp4 recipe).
 _PRECISION: tuple[tuple[str, Precision], ...] = (
-    ("fp8", "fp8"), ("float8", "fp8"), ("e4m3", "fp8"), ("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16"),
+    ("fp8", "fp8"), ("float8", "fp8"), ("e4m3", "fp8"), ("fp4", "fp8"), ("e2m1", "fp8"), ("bf16", "bf16"),
+    ("bfloat16", "bf16"), ("fp16", "fp16"),
     ("float16", "fp16"), ("fp32", "fp32"), ("float32", "fp32"), ("tf32", "fp32"))
 #: A cell that says mixed precision without naming the 16-bit type ("AMP", "mixed"): the framework's default.
 _MIXED_UNNAMED = re.compile(r"\bamp(?=\b|_)|mixed", re.IGNORECASE)
@@ -225,7 +229,7 @@ def _precision(row: pd.Series) -> Precision | None:
             return value
     if _MIXED_UNNAMED.search(s):
         return None  # the framework's default 16-bit type, noted as such
-    raise RowError(f"precision: {s!r} is not fp32, fp16, bf16 or fp8")
+    raise RowError(f"precision: {s!r} is not fp32, fp16, bf16, fp8 or fp4 (nvfp4)")
 
 
 # ---- system -------------------------------------------------------------------------------------------------------

@@ -14,11 +14,19 @@ how many quantized copies a tensor needs:
 - ``mxfp8`` (OCP microscaling, Blackwell tensor cores only): 32-element blocks with an 8-bit E8M0 scale; the
   column-wise copy cannot be obtained by transposing the row-wise one, so both are written and both are saved for
   the backward pass: 2 + 2·(1 + 1/32).
+- ``nvfp4`` (Transformer Engine's NVFP4BlockScaling, Megatron ``--fp4-format e2m1 --fp4-recipe nvfp4``; Blackwell
+  only): the GEMMs run in FP4 (E2M1, half a byte) with an FP8 E4M3 scale per 16 elements and an FP32 per-tensor
+  scale, so an amax pass precedes the row- and column-wise quantization (the weight-gradient operands through a
+  16-point random Hadamard transform fused into that cast): 2 + 2 + 2·(0.5 + 1/16); both copies are saved as for
+  mxfp8. Its GEMMs are priced at the GPU's FP4 peak with the FP8 GEMM efficiency (no FP4 measurement); the LM head
+  and attention stay 16-bit. Recipes that keep the first and last layers in BF16 are not modelled.
 
 Weights keep FP8 copies next to the 16-bit ones (1 byte per parameter for the per-tensor recipes, both layouts for
 the block-scaled ones), and saved GEMM inputs take the bytes of the copies the backward pass needs.
-Sources: Transformer Engine user guide, "Using FP8 with Transformer Engine" and the MXFP8 / block-scaling recipe
-pages; DeepSeek-V3 technical report §3.3; OCP Microscaling Formats (MX) v1.0 specification.
+Sources: Transformer Engine user guide, "Using FP8 with Transformer Engine" and the MXFP8 / block-scaling / NVFP4
+recipe pages; DeepSeek-V3 technical report §3.3; OCP Microscaling Formats (MX) v1.0 specification; NVIDIA 2025
+"Pretraining Large Language Models with NVFP4" (arXiv 2509.25149, §3: 16-element blocks, E4M3 block scales, FP32
+tensor scale, random Hadamard transforms on the weight-gradient inputs).
 """
 
 from __future__ import annotations
@@ -28,8 +36,8 @@ from typing import Literal
 
 from trainsim.spec.training import element_bytes
 
-Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
-FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]
+FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,7 @@ class RecipeCost:
     weight_copy_bytes: float  # extra bytes per parameter for the FP8 weight copies
     saved_input_bytes: float  # bytes per element of a GEMM input saved for the backward pass
     generations: tuple[str, ...]  # GPU generations whose tensor cores run it
+    gemm_dtype: str = "fp8"  # the data type its GEMMs run in
 
 
 RECIPES: dict[str, RecipeCost] = {
@@ -47,6 +56,7 @@ RECIPES: dict[str, RecipeCost] = {
     "tensorwise": RecipeCost(6.0, 1.0, 1.0, ("hopper", "ada", "blackwell")),
     "blockwise": RecipeCost(2.0 + 2 * (1 + 4 / 128), 2 * (1 + 4 / 16384), 1 + 4 / 128, ("hopper", "blackwell")),
     "mxfp8": RecipeCost(2.0 + 2 * (1 + 1 / 32), 2 * (1 + 1 / 32), 2 * (1 + 1 / 32), ("blackwell",)),
+    "nvfp4": RecipeCost(4.0 + 2 * (0.5 + 1 / 16), 2 * (0.5 + 1 / 16), 2 * (0.5 + 1 / 16), ("blackwell",), "fp4"),
 }
 
 

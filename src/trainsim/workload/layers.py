@@ -21,6 +21,7 @@ from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
 from trainsim.workload.memo import per_job
 from trainsim.workload.ops import (
+    LOW_PRECISION,
     Collective,
     CommOp,
     ComputeOp,
@@ -112,7 +113,9 @@ class Shard:
 
     @property
     def gemm_dtype(self) -> str:
-        """Data type of the GEMMs."""
+        """Data type of the GEMMs (the recipe's for low-precision training: fp8, or fp4 under NVFP4)."""
+        if self.precision == "fp8":
+            return recipe_cost(self.fp8_recipe).gemm_dtype
         return "tf32" if self.precision == "fp32" else self.precision
 
     @property
@@ -357,7 +360,7 @@ def core_attention(shard: Shard, model: Model, b: int, heads: int, d: int, dt: s
     scores = b * heads * seq_q * seq_kv
     sf, sb = fz.softmax_bytes(shard.attention, e)
     drop = model.attention_dropout > 0 and shard.fusion.dropout
-    gdt = "bf16" if dt == "fp8" else dt
+    gdt = "bf16" if dt in LOW_PRECISION else dt
     fwd = [gemm("attn_qk", "fwd", seq_q, seq_kv, d, gdt, batch=b * heads),
            _ew(shard, "softmax", "fwd", sf * scores, 5.0 * scores)]
     if drop:
@@ -844,7 +847,8 @@ def _head(model: Model, shard: Shard, prefix: str) -> Work:
     v = model.padded_vocab_size(tp) // tp
     e = shard.act_bytes
     ln_f, ln_b = _norm(f"{prefix}final_norm", shard, h, model.normalization == "RMSNorm")
-    f, d, w = gemm_with_grads(f"{prefix}lm_head", t, v, h, "bf16" if shard.gemm_dtype == "fp8" else shard.gemm_dtype)
+    f, d, w = gemm_with_grads(f"{prefix}lm_head", t, v, h,
+                              "bf16" if shard.gemm_dtype in LOW_PRECISION else shard.gemm_dtype)
     logits = t * v
     # cross-entropy: cast logits to fp32, max, sum-exp, gather target (≈ 4 fp32 passes); backward writes grads
     cf, cb = fz.cross_entropy_bytes(shard.fusion, e)

@@ -42,7 +42,9 @@ def comm_stream(group: Group) -> str:
     gather/scatter) or ``"comm"`` (every other in-layer collective)."""
     return "ep" if group in EXPERT_STREAM_GROUPS else "comm"
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5 + 1 / 16}
+#: GEMM data types of low-precision recipes (the attention and the LM head stay 16-bit).
+LOW_PRECISION: frozenset[str] = frozenset({"fp8", "fp4"})
 
 
 class Role(StrEnum):

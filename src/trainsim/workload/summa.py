@@ -65,7 +65,7 @@ from trainsim.workload.layers import (
     activation_ops,
     core_attention,
 )
-from trainsim.workload.ops import CommOp, ComputeOp, Group, Overlap, Phase, Role, gemm
+from trainsim.workload.ops import LOW_PRECISION, CommOp, ComputeOp, Group, Overlap, Phase, Role, gemm
 
 if TYPE_CHECKING:
     from trainsim.spec.job import Job
@@ -308,7 +308,7 @@ def summa_head_work(model: Model, shard: Shard) -> Work:
     h, t, e = model.hidden_size, shard.tokens, shard.act_bytes
     v = model.padded_vocab_size(shard.tp)
     ln_f, ln_b = _norm("final_norm", shard, h, model.normalization == "RMSNorm")
-    dt = "bf16" if shard.gemm_dtype == "fp8" else shard.gemm_dtype
+    dt = "bf16" if shard.gemm_dtype in LOW_PRECISION else shard.gemm_dtype
     lin = summa_linear("lm_head", shard, t, v, h, dt)
     logits = t * v / shard.tp
     cf, cb = fz.cross_entropy_bytes(shard.fusion, e)
