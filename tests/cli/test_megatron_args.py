@@ -190,6 +190,9 @@ def test_hierarchical_context_parallelism_from_flags_and_pasted_megatron_args(tm
     given = _predict([*base, *flags, "--hierarchical-context-parallel-sizes", "2,4"], capsys)["job"]
     assert given["framework"]["cp_comm_type"] == "a2a+p2p" and given["cp_levels"] == [2, 4]
     assert _predict([*base, *flags], capsys)["job"]["cp_levels"] == [4, 2]  # 8 GPUs per node / tp 2
+    # CP after DP in the rank order (32 GPUs, dp 2): CP ranks are tp·dp = 4 apart, two share a node
+    spread = [*base, *flags, "-n", "32", "--rank-order", "tp-dp-ep-pp-cp"]
+    assert _predict(spread, capsys)["job"]["cp_levels"] == [2, 4]
     path = tmp_path / "args.txt"
     path.write_text("--context-parallel-size 8 --tensor-model-parallel-size 2 --cp-comm-type a2a+p2p "
                     "--hierarchical-context-parallel-sizes 2 4 --seq-length 65536 --bf16\n")

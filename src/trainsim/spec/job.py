@@ -143,7 +143,7 @@ class Job(Spec, frozen=True):
         """(all-to-all size, ring size) of the context-parallel attention, whose product is cp: ``(1, cp)`` for the
         ring (p2p) and all-gather, ``(cp, 1)`` for all-to-all (Ulysses), and for hierarchical ``a2a+p2p`` the
         ``hierarchical_cp_sizes`` or, when not given, the CP ranks that share a node (the largest divisor of cp
-        that fits ``gpus_per_node / tp``) all-to-all and a ring across them."""
+        not above the CP group's members per node under the job's rank order) all-to-all and a ring across them."""
         par = self.parallelism
         cp, comm = par.cp, self.framework.cp_comm_type
         if comm == "a2a":
@@ -153,7 +153,12 @@ class Job(Spec, frozen=True):
         if par.hierarchical_cp_sizes:
             a, r = par.hierarchical_cp_sizes
             return a, r
-        room = max(1, self.system.gpus_per_node // max(par.tp, 1))
+        from trainsim.parallel.axes import Group
+        from trainsim.parallel.layout import Layout
+
+        flat = Layout.create(par.tp, cp, par.ep, self.dp, par.pp, par.rank_order, self.system.gpus_per_node,
+                             par.expert_tp, par.grid if par.summa else None, par.tp_inner)
+        room = flat.placements[Group.CP].per_node
         a = max(d for d in range(1, cp + 1) if cp % d == 0 and d <= room)
         return a, cp // a
 
