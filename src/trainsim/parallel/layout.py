@@ -138,12 +138,13 @@ class Layout:
     cp_a2a: int = 1
 
     @classmethod
-    def of(cls, job: Job) -> Layout:
-        """The layout of ``job`` (cached per distinct layout)."""
+    def of(cls, job: Job, cp_levels: bool = True) -> Layout:
+        """The layout of ``job`` (cached per distinct layout); ``cp_levels=False``: with one context-parallel level
+        (what :attr:`~trainsim.spec.job.Job.cp_levels` reads to place its default levels)."""
         par = job.parallelism
         grid = par.grid if par.summa else None
         return cls.create(par.tp, par.cp, par.ep, job.dp, par.pp, par.rank_order, job.system.gpus_per_node,
-                          par.expert_tp, grid, par.tp_inner, job.cp_levels[0])
+                          par.expert_tp, grid, par.tp_inner, job.cp_levels[0] if cp_levels else 1)
 
     @staticmethod
     @lru_cache(maxsize=8192)

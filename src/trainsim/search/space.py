@@ -592,8 +592,8 @@ class _Enumerator:
         listed = self.given("sequence_parallel", False)
         if tp == 1:
             return (False,)  # no effect without tensor parallelism
-        if self.space.framework.tp_shards_sequence:
-            return (True,)  # the stack's TP plan always shards the sequence (torchtitan)
+        if self.space.framework.shards_sequence(tp, self.model.is_moe):
+            return (True,)  # the stack always shards the sequence (torchtitan's TP plan; Megatron-Core with MoE)
         if listed is not None:
             return listed
         if self.tr.tp_comm_overlap:
@@ -722,10 +722,6 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                     continue
                 if mode == "summa" and sp and False in en.sp_values(tp):
                     out.equivalent += per_combination  # the grid splits the activations anyway: sp changes nothing
-                    continue
-                if (not sp and ep > 1 and tp > 1 and space.framework.moe_tp_shards_sequence
-                        and True in en.sp_values(tp)):
-                    out.equivalent += per_combination  # the stack turns sp on for tp with ep (Megatron-Core)
                     continue
                 if open_vpp and not get_schedule(schedule).accepts_microbatches(pp, en.gbs // (mbs * dp)):
                     continue  # e.g. interleaving needs micro-batches divisible by pp: not an open value for this mbs

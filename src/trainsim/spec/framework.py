@@ -371,6 +371,11 @@ class Framework(Spec, frozen=True):
         return self
 
     # ---- derived -------------------------------------------------------------------------------------------------
+    def shards_sequence(self, tp: int, moe: bool) -> bool:
+        """Whether the stack runs ``tp > 1`` sequence-parallel whatever the user asked: its TP plan always does
+        (``tp_shards_sequence``), or it refuses a mixture-of-experts model otherwise (``moe_tp_shards_sequence``)."""
+        return tp > 1 and (self.tp_shards_sequence or (self.moe_tp_shards_sequence and moe))
+
     def runs_chunks(self, vpp: int) -> bool:
         """Whether one of :attr:`pipeline_schedules` runs ``vpp`` model chunks per pipeline rank."""
         from trainsim.schedule import get_schedule

@@ -156,9 +156,7 @@ class Job(Spec, frozen=True):
         from trainsim.parallel.axes import Group
         from trainsim.parallel.layout import Layout
 
-        flat = Layout.create(par.tp, cp, par.ep, self.dp, par.pp, par.rank_order, self.system.gpus_per_node,
-                             par.expert_tp, par.grid if par.summa else None, par.tp_inner)
-        room = flat.placements[Group.CP].per_node
+        room = Layout.of(self, cp_levels=False).placements[Group.CP].per_node
         a = max(d for d in range(1, cp + 1) if cp % d == 0 and d <= room)
         return a, cp // a
 
@@ -223,13 +221,10 @@ def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
         if training.attention != "flash":
             over["masked_softmax_fusion"] = training.attention == "unfused"
     zero = training.zero_stage if training.zero_stage is not None else fw.default_zero_stage
-    if fw.tp_shards_sequence and par.tp > 1 and not par.sequence_parallel:
-        par = par.replace(sequence_parallel=True)  # the stack's TP plan always shards the sequence
-        data = {**data, "parallelism": par}
-    elif fw.moe_tp_shards_sequence and par.tp > 1 and not par.sequence_parallel and (
-            par.ep > 1 or _num_experts(data.get("model"))):
-        warn("parallelism.sequence_parallel", f"{fw.name} requires sequence parallelism for a mixture-of-experts "
-             f"model with tp = {par.tp}: predicted with --sequence-parallel")
+    if not par.sequence_parallel and fw.shards_sequence(par.tp, par.ep > 1 or _num_experts(data.get("model")) > 0):
+        if not fw.tp_shards_sequence:  # the user's choice overruled (Megatron-Core refuses MoE + TP without it)
+            warn("parallelism.sequence_parallel", f"{fw.name} requires sequence parallelism for a "
+                 f"mixture-of-experts model with tp = {par.tp}: predicted with --sequence-parallel")
         par = par.replace(sequence_parallel=True)
         data = {**data, "parallelism": par}
     sp = par.sequence_parallel and par.tp > 1
@@ -301,7 +296,7 @@ def validate_job(job: Job) -> None:
             "choose ep dividing the number of experts",
         )
     # all-to-all context parallelism hands each rank of its all-to-all level heads/(tp·a) heads (TE asserts it)
-    a2a = job.cp_levels[0] if cp > 1 else 1
+    a2a = job.cp_levels[0]
     if a2a > 1 and (m.num_attention_heads // max(tp, 1)) % a2a:
         raise TrainsimError(
             "framework.cp_comm_type",

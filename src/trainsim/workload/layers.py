@@ -689,7 +689,6 @@ def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Wo
                                          + _tp_comm_bwd(shard, h, "mlp_in", True, fc1))
         if "mlp" in shard.recompute_modules:  # the dense MLP checkpointed: its GEMMs and TP collectives again
             recompute += f
-            comm_re = comm_fwd
     else:
         f, b_, moe_recompute, comm_fwd, comm_bwd, comm_re = _moe_block(model, shard, attn)
         recompute += moe_recompute
@@ -700,7 +699,7 @@ def _mlp_block(model: Model, shard: Shard, moe: bool, attn: _AttentionOps) -> Wo
     bwd.append(da_b)
     if fc2 is not None:
         comm_fwd += _tp_comm(shard, h, "mlp_out", False, fc2, anchor=da_f)
-        if "mlp" in shard.recompute_modules:
+        if "mlp" in shard.recompute_modules:  # both of the dense MLP's TP collectives run again
             comm_re = comm_fwd
     return Work(tuple(fwd), tuple(bwd), tuple(recompute), comm_fwd, comm_bwd, comm_re)
 
