@@ -74,6 +74,31 @@ def test_gemma2_structure():
     assert any("softcapping" in a for a in m.approximations)
 
 
+def test_gemma3_multimodal_config_reads_its_language_model():
+    """Gemma 3's config nests the LM in text_config, leaves vocab_size to the library default and has one global
+    layer in six; the vision tower is named as not modelled."""
+    m = load_hf_config(DATA / "gemma-3-27b.json")
+    assert (m.num_layers, m.hidden_size, m.query_groups, m.head_dim, m.vocab_size) == (62, 5376, 16, 128, 262208)
+    assert m.swiglu and not m.untie_embeddings_and_output_weights
+    assert m.local_attention == "sliding" and m.local_attention_size == 1024 and m.local_attention_skip_freq == 6
+    assert any("vision_config ignored" in a for a in m.approximations)
+    assert m.num_params == pytest.approx(27.0e9, rel=0.02)  # 27.4B model card, less the 0.4B SigLIP encoder
+
+
+def test_gemma3_layer_types_give_the_global_layers():
+    cfg = {"model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4,
+           "sliding_window": 512, "layer_types": ["sliding_attention"] * 3 + ["full_attention"]
+           + ["sliding_attention"] * 3 + ["full_attention"]}
+    m = model_from_hf_config(cfg)
+    assert m.local_attention_skip_freq == 4 and m.vocab_size == 262208
+
+
+def test_mpt_attn_config_alibi_and_expansion_ratio():
+    m = load_hf_config(DATA / "mpt-7b.json")
+    assert m.position_embedding_type == "alibi" and m.ffn_size == 4 * 4096 and not m.add_bias_linear
+    assert m.num_params == pytest.approx(6.7e9, rel=0.01)  # MPT-7B model card: 6.7B
+
+
 def test_phi3_small_and_falcon_and_bloom():
     phi = load_hf_config(DATA / "phi-3-small-8k.json")
     assert phi.ffn_size == 14336 and phi.swiglu and phi.query_groups == 8

@@ -23,6 +23,7 @@ PUBLISHED = [
     ("gpt-oss-20b.json", 20.91e9, 3.61e9, False, 0.002),
     ("gpt-oss-120b.json", 116.83e9, 5.13e9, False, 0.002),
     ("llama4-maverick.json", 400e9, 17e9, True, 0.015),
+    ("dbrx.json", 132e9, 36e9, True, 0.01),
 ]
 
 
@@ -90,3 +91,10 @@ def test_deepseek_preset_equals_hf_import() -> None:
     assert preset.num_params == imported.num_params
     assert preset.num_active_params == imported.num_active_params
     assert (preset.moe_router_num_groups, preset.moe_router_group_topk) == (8, 4)
+
+
+def test_dbrx_reads_its_nested_ffn_and_attention_configs() -> None:
+    """DBRX keeps experts and GQA heads in ffn_config / attn_config: read, not a dense 4h model."""
+    m = load_hf_config(DATA / "dbrx.json")
+    assert (m.num_experts, m.moe_router_topk, m.moe_ffn_hidden_size, m.query_groups) == (16, 4, 10752, 8)
+    assert m.swiglu and m.normalization == "LayerNorm" and not m.add_bias_linear

@@ -35,6 +35,7 @@ def test_dense_presets_are_dense() -> None:
     ("nvl72-gb200", 72, 186 * 2**30, 2.5e15, 5e15, 900e9),
     ("dgx-b200", 8, 180 * 2**30, 2.25e15, 4.5e15, 900e9),
     ("dgx-h100", 8, 80 * 2**30, 989.4e12, 1978.9e12, 450e9),
+    ("grand-teton-h100", 8, 96 * 2**30, 886.5e12, 1773e12, 450e9),  # H100 SXM/NVL peaks interpolated at 500 W
 ])
 def test_system_presets_match_nvidia_specs(name: str, gpus: int, hbm: float, bf16: float, fp8: float,
                                            nvlink: float) -> None:

@@ -650,6 +650,18 @@ def test_export_variant_gpus_map_to_their_presets(tmp_path):
     assert one(tmp_path, gpu="NVIDIA A800-SXM4-80GB").job.system.name == "hgx-a800"
 
 
+@pytest.mark.parametrize("gpu", ["H100 (Grand Teton, 96GB HBM2e, 500W)", "H100 96 GB HBM2e", "NVIDIA H100 500W"])
+def test_power_limited_hbm2e_h100_is_the_grand_teton_preset(tmp_path, gpu):
+    """torchtitan's benchmark part (96 GB HBM2e at 2.4 TB/s, 500 W limit): its own preset, slower than the SXM5 80GB."""
+    job = one(tmp_path, gpu=gpu).job
+    assert job.system.name == "grand-teton-h100"
+    assert job.system.gpu.hbm_bandwidth == pytest.approx(2.4e12)
+    sxm = one(tmp_path, gpu="H100-SXM5-80GB").job
+    assert sxm.system.name == "dgx-h100"
+    assert job.system.gpu.peak_flops.bf16 < sxm.system.gpu.peak_flops.bf16
+    assert one(tmp_path, gpu="H100 (94GB)").job.system.name == "dgx-h100"  # NVL-size memory alone says nothing
+
+
 @pytest.mark.parametrize(("source", "notes", "zero", "fraction"), [
     ("DeepSpeed ZeRO-Offload", "", 2, 1.0),  # ZeRO-Offload is built on ZeRO-2
     ("DeepSpeed", "ZeRO-3 with offload_optimizer to cpu", 3, 1.0),

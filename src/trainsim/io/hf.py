@@ -4,7 +4,9 @@ Each ``model_type`` trainsim understands has an :class:`Architecture` in :data:`
 mixture-of-experts and latent-attention types are refined by :mod:`trainsim.io.hf_moe`, called through one hook).
 An architecture states the library's defaults for what a config may leave out (tied embeddings, biases, gated MLP,
 normalization, positions) and, where needed, a ``refine`` function for fields only that family has (Gemma-2's
-sliding window and soft-capping, Phi-3-small's block-sparse attention, Falcon's multi-query attention...).
+sliding window and soft-capping, Gemma 3's local/global layers, MPT's ``attn_config``, Phi-3-small's block-sparse
+attention, Falcon's multi-query attention...). A multimodal config is read through its ``text_config``: only the
+language model is modelled, and the note says so.
 
 Two rules keep the answers honest:
 
@@ -69,6 +71,7 @@ class Architecture:
     bias: bool = False  # add_bias_linear when the config has no attention_bias/bias key
     tied: bool = False  # tie_word_embeddings when the config has no such key
     context: int | None = None  # max_position_embeddings when the config has no such key (the library's default)
+    vocab: int | None = None  # vocab_size when the config has no such key (the library's default)
     refine: Refiner | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -152,6 +155,45 @@ def _mistral(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> N
         fields.update(local_attention="sliding", local_attention_size=window)
 
 
+def _gemma3(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
+    """Gemma 3: sliding-window attention with every ``sliding_window_pattern``-th layer global (transformers'
+    Gemma3TextConfig: window 4096, pattern 6 when absent), or the pattern its ``layer_types`` spell out."""
+    from trainsim.io.hf_moe import global_every
+
+    layers = int(fields["num_layers"])
+    window = cfg.get("sliding_window", 4096)
+    if isinstance(window, int) and window > 0:
+        types = cfg.get("layer_types")
+        if isinstance(types, list) and len(types) == layers:
+            every = global_every([i for i, t in enumerate(types) if t != "sliding_attention"], layers, "layer_types")
+        else:
+            every = int(cfg.get("sliding_window_pattern") or 6)
+        fields.update(local_attention="sliding", local_attention_size=window, local_attention_skip_freq=every)
+    if cfg.get("final_logit_softcapping") or cfg.get("attn_logit_softcapping"):
+        notes.append("logit soft-capping (tanh) not modelled: elementwise work on the logits")
+    notes.append("the per-head q/k RMSNorms and the extra post-attention and post-MLP RMSNorms are not counted")
+
+
+def _mpt(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
+    """MPT (llm-foundry): ``expansion_ratio`` × d_model MLP, ``no_bias``, and ``attn_config`` (ALiBi or RoPE,
+    grouped-query heads)."""
+    ratio = cfg.get("expansion_ratio")
+    if isinstance(ratio, int | float) and ratio > 0 and cfg.get("ffn_config", {}).get("ffn_hidden_size") is None:
+        fields["ffn_hidden_size"] = int(ratio * int(fields["hidden_size"]))
+    if "no_bias" in cfg:
+        fields["add_bias_linear"] = not bool(cfg["no_bias"])
+    attn = cfg.get("attn_config") or {}
+    if attn.get("alibi"):
+        fields["position_embedding_type"] = "alibi"
+    elif attn.get("rope"):
+        fields["position_embedding_type"] = "rope"
+    elif cfg.get("learned_pos_emb", True):
+        fields["position_embedding_type"] = "learned_absolute"
+    kv = attn.get("kv_n_heads")
+    if attn.get("attn_type") in ("grouped_query_attention", "multiquery_attention") and kv:
+        fields["num_query_groups"] = 1 if attn.get("attn_type") == "multiquery_attention" else int(kv)
+
+
 def _opt(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
     if cfg.get("word_embed_proj_dim") not in (None, fields["hidden_size"]):
         notes.append("OPT's word-embedding projection (word_embed_proj_dim) is not counted")
@@ -166,6 +208,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     "yi": Architecture(),
     "gemma": Architecture(gated_mlp=True, tied=True),
     "gemma2": Architecture(gated_mlp=True, tied=True, refine=_gemma2),
+    # Gemma3TextConfig defaults: vocab 262208 (multimodal configs leave it out of text_config)
+    "gemma3": Architecture(gated_mlp=True, tied=True, vocab=262_208, refine=_gemma3),
+    "gemma3_text": Architecture(gated_mlp=True, tied=True, vocab=262_208, refine=_gemma3),
     "phi3": Architecture(),
     "phi3small": Architecture(norm="LayerNorm", gated_mlp=True, bias=True, tied=True, refine=_phi3small),
     "falcon": Architecture(norm="LayerNorm", gated_mlp=False, tied=True, context=2048, refine=_falcon),
@@ -181,6 +226,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "olmo2": Architecture(),
     "starcoder2": Architecture(norm="LayerNorm", gated_mlp=False, bias=True),
     "internlm2": Architecture(),
+    "mpt": Architecture(positions="alibi", norm="LayerNorm", gated_mlp=False, tied=True, context=2048, refine=_mpt),
 }
 
 #: Architectures trainsim refuses: what they are, so the error can say why.
@@ -226,6 +272,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
     """Build a :class:`Model` from a parsed Hugging Face ``config.json``."""
     if not isinstance(cfg, dict):
         raise TrainsimError("config.json", "is not a JSON object", "pass a Hugging Face model config.json")
+    multimodal = [k for k in ("vision_config", "audio_config") if isinstance(cfg.get(k), dict)]
     if "text_config" in cfg and isinstance(cfg["text_config"], dict) and _first(cfg, "num_layers") is None:
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
     raw_type = str(cfg.get("model_type", ""))
@@ -236,7 +283,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
                                            f"a model with state-space layers ({ssm_keys[0]})")
         raise TrainsimError("config.json.model_type", f"{raw_type!r} is {what}, which trainsim does not model",
                             "trainsim models decoder-only transformers (dense or MoE)")
-    notes: list[str] = []
+    notes: list[str] = [f"{', '.join(multimodal)} ignored: only the language model is modelled (text tokens)"] \
+        if multimodal else []
     arch = ARCHITECTURES.get(model_type)
     if arch is None:
         if model_type not in _moe_types():
@@ -246,6 +294,9 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
     fields: dict[str, Any] = {}
     for name_ in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
         value = _first(cfg, name_)
+        if value is None and name_ == "vocab_size" and arch.vocab is not None:
+            value = arch.vocab
+            notes.append(f"vocab_size not in the config: the library's default {value} for {raw_type}")
         if value is None:
             raise TrainsimError(f"config.json.{_ALIASES[name_][0]}", "missing",
                                 f"the config needs one of {', '.join(_ALIASES[name_])}")

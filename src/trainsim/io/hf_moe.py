@@ -11,6 +11,8 @@
 - **Qwen2-MoE / Qwen3-MoE**: ``decoder_sparse_step``, ``mlp_only_layers``, the gated shared expert of Qwen2-MoE and
   the per-head q/k norms of Qwen3;
 - **Mixtral**: ``num_local_experts`` experts of ``intermediate_size``, optional ``sliding_window``;
+- **DBRX**: ``ffn_config`` (``moe_num_experts``, ``moe_top_k``, GLU experts of ``ffn_hidden_size``) and
+  ``attn_config`` (``kv_n_heads``);
 - **GPT-OSS**: biased attention and experts, a router bias, attention sinks, and ``layer_types`` alternating
   sliding-window (``sliding_window``) and full attention;
 - **Llama 4** (``llama4`` / ``llama4_text``): experts of ``intermediate_size`` plus one shared expert of the same size
@@ -27,7 +29,7 @@ from trainsim.errors import TrainsimError
 DEEPSEEK_TYPES = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 QWEN_MOE_TYPES = {"qwen2_moe", "qwen3_moe"}
 LLAMA4_TYPES = {"llama4", "llama4_text"}
-MOE_TYPES = DEEPSEEK_TYPES | QWEN_MOE_TYPES | LLAMA4_TYPES | {"mixtral", "gpt_oss"}
+MOE_TYPES = DEEPSEEK_TYPES | QWEN_MOE_TYPES | LLAMA4_TYPES | {"mixtral", "gpt_oss", "dbrx"}
 
 
 def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int | None:
@@ -72,6 +74,8 @@ def moe_fields(cfg: dict[str, Any], model_type: str, fields: dict[str, Any]) -> 
         _window(cfg, out)
     elif model_type == "gpt_oss":
         _gpt_oss(cfg, out, layers)
+    elif model_type == "dbrx":
+        _dbrx(cfg, out)
     else:
         _llama4(cfg, out, layers)
     out["source"] = f"Hugging Face config.json ({model_type})"
@@ -141,6 +145,23 @@ def _window(cfg: dict[str, Any], out: dict[str, Any]) -> None:
         out["local_attention_size"] = window
 
 
+def _dbrx(cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """DBRX: experts and router in ``ffn_config`` (GLU experts of ``ffn_hidden_size``), grouped-query heads in
+    ``attn_config``; LayerNorm without biases, RoPE, untied embeddings (transformers' DbrxConfig)."""
+    ffn = cfg.get("ffn_config") or {}
+    attn = cfg.get("attn_config") or {}
+    expert_ffn = _int(ffn, "ffn_hidden_size", 3584)
+    out["ffn_hidden_size"] = expert_ffn
+    out["moe_ffn_hidden_size"] = expert_ffn
+    out["num_experts"] = _int(ffn, "moe_num_experts", 4)
+    out["moe_router_topk"] = _int(ffn, "moe_top_k", 1)
+    out["num_query_groups"] = _int(attn, "kv_n_heads", 1)
+    out["swiglu"] = True  # DbrxExpertGLU: act(x·w1) * (x·v1), then ·w2
+    out["normalization"] = "LayerNorm"
+    out["add_bias_linear"] = False
+    out["position_embedding_type"] = "rope"
+
+
 def _gpt_oss(cfg: dict[str, Any], out: dict[str, Any], layers: int) -> None:
     expert_ffn = _int(cfg, "intermediate_size")
     out["ffn_hidden_size"] = expert_ffn
@@ -156,13 +177,13 @@ def _gpt_oss(cfg: dict[str, Any], out: dict[str, Any], layers: int) -> None:
         out["local_attention"] = "sliding"
         out["local_attention_size"] = window
         if isinstance(types, list) and len(types) == layers:
-            out["local_attention_skip_freq"] = _global_every(
+            out["local_attention_skip_freq"] = global_every(
                 [i for i, t in enumerate(types) if t != "sliding_attention"], layers, "layer_types")
         else:
             out["local_attention_skip_freq"] = 2  # GPT-OSS: alternating sliding and full attention
 
 
-def _global_every(global_layers: list[int], layers: int, key: str) -> int | None:
+def global_every(global_layers: list[int], layers: int, key: str) -> int | None:
     """Megatron's ``--window-attn-skip-freq`` for the given global-attention layers (None: no global layer)."""
     if not global_layers:
         return None
@@ -193,7 +214,7 @@ def _llama4(cfg: dict[str, Any], out: dict[str, Any], layers: int) -> None:
         out["local_attention_size"] = chunk
         no_rope = cfg.get("no_rope_layers")
         if isinstance(no_rope, list) and len(no_rope) == layers:  # 0 marks a global (NoPE) layer
-            out["local_attention_skip_freq"] = _global_every(
+            out["local_attention_skip_freq"] = global_every(
                 [i for i, use_rope in enumerate(no_rope) if not use_rope], layers, "no_rope_layers")
         else:
             out["local_attention_skip_freq"] = 4  # Llama 4: every fourth layer is global (NoPE)

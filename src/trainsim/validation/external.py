@@ -3,7 +3,8 @@
 ``trainsim/data/public/llm_foundry_benchmarks.csv``: MosaicML llm-foundry's MPT benchmark tables (FSDP);
 ``megatron_bridge_25_11.csv``: Megatron-Bridge's 25.11 performance summary (GB300, GB200, B200, H100; dense and
 mixture-of-experts); ``nemo_25_02_04.csv``: the NeMo 25.02 (DGX-B200) and 25.04 (DGX-GB200) performance summaries;
-``torchtitan_a100.csv``: torchtitan's FSDP2 numbers on 64 A100; ``megatron_moe_modelzoo.csv``: the Megatron-Core MoE
+``torchtitan_a100.csv``: torchtitan's FSDP2 numbers on 64 A100; ``torchtitan_h100.csv``: its December 2024 1D-4D
+benchmarks on Meta's 500 W HBM2e H100 (Grand Teton); ``megatron_moe_modelzoo.csv``: the Megatron-Core MoE
 team's Qwen3-235B runs on 256 H100 (DeepEP and all-to-all dispatchers); see the folder's README.
 docs/VALIDATION.md shows them in the section "Held-out published runs".
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from trainsim.validation.measurements import load_table
 
 EXTERNAL_FILES = ("llm_foundry_benchmarks.csv", "megatron_bridge_25_11.csv", "megatron_moe_modelzoo.csv",
-                  "nemo_25_02_04.csv", "torchtitan_a100.csv")
+                  "nemo_25_02_04.csv", "torchtitan_a100.csv", "torchtitan_h100.csv")
 
 
 def external_path(name: str) -> Path:

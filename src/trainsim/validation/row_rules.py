@@ -19,7 +19,9 @@ not shipped are skipped. No match: the default stack ``megatron-core``, reported
 
 **System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
 in :data:`SYSTEM_FOR_GPU_KEY`. An A100 whose name says 40GB is the DGX-A100 40GB part (40 GiB HBM2 at 1555 GB/s,
-A100 datasheet). PCIe / NVL form factors and GPUs without a preset are not predictable (reported, not guessed).
+A100 datasheet); an H100 whose name says HBM2e, 95/96 GB, 500 W or Grand Teton is Meta's power-limited Grand Teton
+part (:data:`GPU_VARIANTS`, preset ``grand-teton-h100``). PCIe / NVL form factors and GPUs without a preset are not
+predictable (reported, not guessed).
 
 **Model family** (:func:`family_of`): :data:`FAMILIES` by the model name; each family gives the architecture the
 measurement schema has no column for and the vocabulary when the ``vocab`` cell is empty.
@@ -403,6 +405,11 @@ SYSTEM_FOR_GPU_KEY: dict[str, str] = {
     "a100": "dgx-a100", "h100": "dgx-h100", "h200": "hgx-h200", "b200": "dgx-b200", "b300": "dgx-b300",
     "gb200": "nvl72-gb200", "gb300": "nvl72-gb300", "h800": "hgx-h800", "a800": "hgx-a800",
 }
+#: Parts of a known GPU with their own preset, recognised by words of the gpu cell: (gpu key, pattern, preset).
+#: An H100 with 95/96 GB of HBM2e at a 500 W limit is Meta's Grand Teton part (torchtitan's benchmarks).
+GPU_VARIANTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("h100", re.compile(r"hbm2e|grand\s*teton|\b9[56]\s*gb|\b500\s*w\b", re.IGNORECASE), "grand-teton-h100"),
+)
 #: A100 40GB SXM4 (A100 datasheet): 40 GiB HBM2 at 1555 GB/s; the rest as the 80GB part.
 A100_40GB = {"name": "A100-SXM4-40GB", "hbm_capacity": 40 * 2**30, "hbm_bandwidth": 1555e9}
 #: GPUs of a rack-scale NVLink domain per compute tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs per tray).
@@ -413,7 +420,11 @@ def system_for_gpu(name: str) -> tuple[str, dict[str, Any]] | None:
     """System preset and GPU-field overrides for a GPU name; ``None`` when no preset describes it."""
     from trainsim.cost.tables import gpu_key
 
-    preset = SYSTEM_FOR_GPU_KEY.get(gpu_key(name))
+    key = gpu_key(name)
+    variant = next((p for k, pattern, p in GPU_VARIANTS if k == key and pattern.search(name)), None)
+    if variant is not None:
+        return variant, {}
+    preset = SYSTEM_FOR_GPU_KEY.get(key)
     if preset is None:
         return None
     if preset == "dgx-a100" and re.search(r"40\s*gb", name, re.IGNORECASE):
