@@ -43,6 +43,15 @@ def test_layout_string():
         Parallelism(pp=4, pipeline_layout="t|E|t|tL")
 
 
+def test_layout_gives_the_virtual_stages_when_vpp_is_not_set():
+    """As Megatron's arguments.py: --pipeline-model-parallel-layout alone sets the virtual stages per rank."""
+    par = Parallelism(pp=8, pipeline_layout="Et|(tt|)*30L")
+    assert par.vpp == 4 and virtual_stage_layers(61, par) == (1, *[2] * 30, 0)
+    assert Parallelism(pp=2, vpp=2, pipeline_layout="E t | t t | tt | t L").vpp == 2
+    with pytest.raises(TrainsimError, match="virtual stages"):  # 3 stages do not divide over pp = 2
+        virtual_stage_layers(4, Parallelism(pp=2, pipeline_layout="Et|tt|tL"))
+
+
 def test_chunks_hold_consecutive_blocks_in_virtual_stage_order():
     job = make(model="llama2-7b", num_gpus=8, gbs=8, pp=4, vpp=2,
                pipeline_layout="Et*3|t*5|t*5|t*5|t*5|t*5|t*3|tL", train={"micro_batch_size": 1})

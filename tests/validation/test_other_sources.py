@@ -19,7 +19,7 @@ from trainsim.validation.measurements import (
     model_flops,
 )
 from trainsim.validation.report import render_markdown, run_validation
-from trainsim.validation.row_rules import family_of, infer_framework
+from trainsim.validation.row_rules import family_of, infer_framework, notes_flags
 from trainsim.validation.rows import balanced_first_last, weighted_layout
 
 SCHEMA = ["id", "source", "model", "L", "h", "heads", "kv_heads", "ffn", "vocab", "seq", "global_batch", "micro_batch",
@@ -928,3 +928,77 @@ def test_the_pytorch_release_and_mixed_precision_notes_are_both_reported(tmp_pat
     assert m.job.framework.flash_kernel == "fa2" and m.job.framework.main_params_dtype == "fp32"
     assert "flash kernel fa2 (SDPA under PyTorch 2.4)" in m.assumptions
     assert any(a.startswith("fp32 parameters") for a in m.assumptions)
+
+
+@pytest.mark.parametrize(("notes", "expected"), [
+    ("no FlashAttention-2 (ALiBi)", {}),
+    ("activation checkpointing not stated", {}),
+    ("without activation checkpointing", {"recompute": "none"}),
+    ("non-interleaved 1F1B; --virtual-pipeline-model-parallel-size 2", {"vpp": 2}),
+    ("cannot use flash attention 2; gradient checkpointing", {"recompute": "full"}),
+    ("torch.compile disabled", {}),
+    ("no DeepEP; EP8", {"ep": 8}),
+])
+def test_negated_settings_in_the_notes_set_nothing(notes, expected):
+    """A setting named in a negated clause is not switched on ("no FlashAttention", "... not stated"); where the
+    setting has an off value, saying it was off sets that."""
+    assert notes_flags(notes) == expected
+
+
+def test_optimizer_state_dtypes_and_the_layout_in_the_notes(tmp_path):
+    """Megatron's precision-aware optimizer flags switch the profile's state dtypes; a stated pipeline layout
+    without 'm' means the run had no multi-token prediction (Megatron places MTP in the layout)."""
+    m = one(tmp_path, model="DeepSeek-V3 671B", L=61, h=7168, heads=128, kv_heads=None, ffn=18432, vocab=129280,
+            seq=4096, global_batch=2048, micro_batch=1, tp=1, pp=8, gpu="GB200", num_gpus=256, precision="bf16",
+            notes="--expert-model-parallel-size 32 --pipeline-model-parallel-layout Et|(tt|)*30L "
+                  "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16")
+    fw = m.job.framework
+    assert (fw.exp_avg_dtype, fw.exp_avg_sq_dtype) == ("bf16", "bf16")
+    assert m.job.parallelism.pipeline_layout == "Et|(tt|)*30L" and m.job.parallelism.vpp == 4
+    assert m.job.model.mtp_num_layers == 0 and "mtp 0 (the stated pipeline layout has no MTP stage)" in m.assumptions
+
+
+def test_unstated_sequence_parallelism_is_on_when_the_run_would_not_fit_without_it(tmp_path):
+    """Llama 3 70B with TP 8, PP 4, micro-batch 1 and 8K tokens on 80 GB H100s with its stated selective
+    recomputation: without sequence parallelism the activations do not fit; the run ran, so it used it."""
+    m = one(tmp_path, model="Llama 3 70B", L=80, h=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256, seq=8192,
+            global_batch=512, micro_batch=1, tp=8, pp=4, num_gpus=64, source="Megatron-Core 0.6 benchmark",
+            notes="--recompute-activations")
+    assert m.job.parallelism.sequence_parallel
+    assert any(a.startswith("sp True (unstated;") for a in m.assumptions)
+    stated_off = one(tmp_path, model="Llama 3 70B", L=80, h=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256,
+                     seq=8192, global_batch=512, micro_batch=1, tp=8, pp=4, num_gpus=64, sp="false",
+                     source="Megatron-Core 0.6 benchmark", notes="--recompute-activations")
+    assert not stated_off.job.parallelism.sequence_parallel  # a stated choice is kept
+
+
+def test_a_stack_without_expert_parallelism_yields_to_its_extended_stack(tmp_path):
+    """An FSDP row with expert parallelism: PyTorch FSDP (accelerate) offers no EP, torchtitan's composition does."""
+    name, rule = infer_framework(None, "PyTorch FSDP2 benchmark", "", (1, 1, 1, 8))
+    assert name.startswith("torchtitan") and "tp/pp/cp/ep" in rule
+    assert infer_framework(None, "PyTorch FSDP2 benchmark", "", (1, 1, 1, 1))[0].startswith("fsdp")
+
+
+@pytest.mark.parametrize(("model", "ffn", "kv", "family", "positions"), [
+    ("Baichuan2-13B", 13696, None, "baichuan-13b", "alibi"),
+    ("Baichuan 2 7B", 11008, None, "baichuan", "rope"),
+    ("SomeLab-20B", 13696, None, "llama-like", "rope"),  # ffn/h 2.68: a gated MLP
+    ("SomeLab-20B", None, 8, "llama-like", "rope"),  # grouped-query attention
+    ("SomeLab-20B", 20480, None, "gpt", "learned_absolute"),  # 4h: GPT
+])
+def test_model_family_from_the_name_then_the_shape(tmp_path, model, ffn, kv, family, positions):
+    m = one(tmp_path, model=model, L=40, h=5120, heads=40, ffn=ffn, kv_heads=kv, vocab=125696)
+    assert any(a.startswith(f"model family {family}") for a in m.assumptions), m.assumptions
+    assert m.job.model.position_embedding_type == positions
+    assert m.job.model.swiglu == (family != "gpt")
+
+
+def test_a_mixture_of_experts_proxy_with_fewer_layers_takes_its_preset(tmp_path):
+    """Benchmark proxies of a MoE model with fewer layers (DGX Cloud's Grok-1 on 64 GPUs): the preset of the same
+    name and layer shape gives experts and router, at the row's depth; an unknown MoE name is still refused."""
+    m = one(tmp_path, model="Grok 1 314B (proxy, 8 layers)", L=8, h=6144, heads=48, kv_heads=8, ffn=32768,
+            vocab=131072, seq=8192, global_batch=64, tp=4, num_gpus=64, notes="EP8")
+    assert m.job.model.is_moe and m.job.model.num_layers == 8 and m.job.model.num_experts == 8
+    assert "num_layers 8 (the row's; the preset has 64)" in m.assumptions
+    table = load_table(write(tmp_path, [row("x_2", model="SomeLab MoE 8x7B", L=8, h=6144, heads=48)]))
+    assert table.skipped and "mixture-of-experts" in table.skipped[0].reason

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -114,6 +114,18 @@ class Parallelism(Spec, frozen=True):
     @classmethod
     def _check_order(cls, value: str) -> str:
         return normalize_rank_order(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vpp_from_layout(cls, data: Any) -> Any:
+        """Virtual stages per rank from a layout when they are not given (Megatron's arguments.py derives
+        ``virtual_pipeline_model_parallel_size`` from ``--pipeline-model-parallel-layout``)."""
+        if isinstance(data, dict) and data.get("pipeline_layout") and data.get("vpp") in (None, 1):
+            stages = len(parse_pipeline_layout(str(data["pipeline_layout"]))[0])
+            pp = int(data.get("pp") or 1)
+            if pp > 0 and stages % pp == 0 and stages // pp > 1:
+                data = {**data, "vpp": stages // pp}
+        return data
 
     @field_validator("pipeline_layout")
     @classmethod

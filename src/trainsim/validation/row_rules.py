@@ -141,13 +141,13 @@ def megatron_by_year(text: str, fp8: bool = False) -> str:
     return "megatron-core"
 
 
-def lacks_parallelism(framework: str, tp: int, pp: int, cp: int) -> bool:
-    """Whether the profile offers no tensor, pipeline or context parallelism the row uses."""
+def lacks_parallelism(framework: str, tp: int, pp: int, cp: int, ep: int = 1) -> bool:
+    """Whether the profile offers no tensor, pipeline, context or expert parallelism the row uses."""
     from trainsim.spec.framework import load_framework
 
     fw = load_framework(framework)
     return (tp > 1 and not fw.supports_tp) or (pp > 1 and fw.pipeline_engine == "none") or (
-        cp > 1 and not fw.supports_cp)
+        cp > 1 and not fw.supports_cp) or (ep > 1 and not fw.supports_ep)
 
 
 def lacks_zero_stage(framework: str, zero: int | None, pp: int) -> bool:
@@ -169,7 +169,7 @@ def _resolve(rule_framework: str, text: str, fp8: bool) -> str:
     return rule_framework
 
 
-def _pick(rule: FrameworkRule, name: str, shipped: list[str], degrees: tuple[int, int, int]) -> str | None:
+def _pick(rule: FrameworkRule, name: str, shipped: list[str], degrees: tuple[int, ...]) -> str | None:
     """``name``, or ``rule.extended`` when the row uses a parallelism ``name`` does not offer; None if not shipped."""
     if name.partition("@")[0] not in shipped:
         return None
@@ -178,7 +178,7 @@ def _pick(rule: FrameworkRule, name: str, shipped: list[str], degrees: tuple[int
     return name
 
 
-def _match(text: str, shipped: list[str], degrees: tuple[int, int, int], fp8: bool = False,
+def _match(text: str, shipped: list[str], degrees: tuple[int, ...], fp8: bool = False,
            context: str = "", zero: int | None = None, sharded: bool = False) -> tuple[str, str] | None:
     """The first rule matching ``text`` whose stack offers the row's ZeRO stage (``sharded``: or whose rule names
     the stack that ran it with that stage)."""
@@ -199,7 +199,8 @@ def _match(text: str, shipped: list[str], degrees: tuple[int, int, int], fp8: bo
             continue
         picked = _pick(rule, name, shipped, degrees)
         if picked is not None and picked != name:
-            return picked, f"{found.group(0)!r} with tp/pp/cp {degrees} that {name} does not offer"
+            return picked, (f"{found.group(0)!r} with tp/pp/cp{'/ep' if len(degrees) > 3 else ''} {degrees} that "
+                            f"{name} does not offer")
         if picked is not None:
             return name, repr(found.group(0))
         if rule.otherwise is not None:
@@ -208,13 +209,13 @@ def _match(text: str, shipped: list[str], degrees: tuple[int, int, int], fp8: bo
 
 
 def infer_framework(cell: str | None, source: str, notes: str,
-                    degrees: tuple[int, int, int] = (1, 1, 1), fp8: bool = False,
+                    degrees: tuple[int, ...] = (1, 1, 1), fp8: bool = False,
                     zero: int | None = None) -> tuple[str, str]:
     """The row's framework and how it was chosen (``framework`` column, keyword in source/notes, or fallback).
-    ``degrees``: the row's (tp, pp, cp), for rules whose profile has an ``extended`` stack; ``fp8``: the row runs
-    FP8 (a Megatron-LM run of any year is then on Transformer Engine layers); ``zero``: the row's ZeRO stage - a
-    stack that does not offer it yields to the first stack named in the source, then the notes, that does (a
-    source's title may name the paper's own system while the notes describe the run's), else to its rule's
+    ``degrees``: the row's (tp, pp, cp) or (tp, pp, cp, ep), for rules whose profile has an ``extended`` stack;
+    ``fp8``: the row runs FP8 (a Megatron-LM run of any year is then on Transformer Engine layers); ``zero``: the
+    row's ZeRO stage - a stack that does not offer it yields to the first stack named in the source, then the notes,
+    that does (a source's title may name the paper's own system while the notes describe the run's), else to its rule's
     ``sharded`` stack."""
     shipped = list_frameworks()
     if cell:
@@ -265,7 +266,8 @@ UNMODELLED_OFFLOAD = re.compile(r"\bnvme\b|zero[\s_-]*infinity", re.IGNORECASE)
 #: Not followed by a value that switches the setting off ("gradient_checkpointing=False").
 _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 #: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
-FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel", "cp_comm_type")
+FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel", "cp_comm_type",
+                   "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype")
 #: Stacks whose flash attention is PyTorch's SDPA with its default backend order (transformers models), so the
 #: PyTorch version a row names decides the kernel library (trainsim.cost.attention_kernels.sdpa_kernel); torchtitan
 #: passes its own backend list and llm-foundry calls flash-attn directly.
@@ -337,6 +339,13 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"\bEP[\s=:]*(\d+)\b", "ep", None),  # "EP64", "EP 8" (case-sensitive: the usual abbreviation)
     (r"--expert-tensor-parallel-size[=\s]+(\d+)", "etp", None),
     (r"--zero-stage[=\s]+([0-3])\b", "zero", None),
+    # Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer): Adam moments and master weights
+    # in the stated dtypes (profile fields)
+    (r"--exp-avg-dtype[=\s]+(fp32|bf16|fp16|fp8)\b", "exp_avg_dtype", None),
+    (r"--exp-avg-sq-dtype[=\s]+(fp32|bf16|fp16|fp8)\b", "exp_avg_sq_dtype", None),
+    (r"--main-params-dtype[=\s]+(fp32|bf16|fp16)\b", "main_params_dtype", None),
+    # the virtual stages' layers in Megatron's syntax ('Et|(tt|)*30L'; quotes optional)
+    (r"--pipeline-model-parallel-layout[=\s]+['\"]?([EtmL0-9|()*]+)", "pipeline_layout", None),
     # Megatron-Core's fully sharded data parallelism (NeMo / Megatron-Bridge tables: "FSDP = 1")
     (r"(?i)megatron[-_ ]?fsdp|--use-megatron-fsdp\b|--use-custom-fsdp\b|--use-torch-fsdp2\b|\bfsdp\s*[=:]\s*1\b",
      "zero", 3),
@@ -370,14 +379,47 @@ def notes_flag_names() -> list[str]:
     return list(dict.fromkeys(names))
 
 
+#: Words before a setting, in its clause, that switch it off ("no FlashAttention", "without activation
+#: checkpointing", "cannot use flash-attn 2").
+_NEGATED_BEFORE = re.compile(r"(?i)(?:\b(?:no|not|without|w/o|disabled?|cannot|can't|does not|doesn't|never)\b|\bnon)"
+                             r"[\s-]*(?:(?:use|run|with|the|any|enable)\w*[\s-]+){0,2}$")
+#: Words after a setting that leave it unknown or off ("activation checkpointing not stated", "... disabled").
+_UNSTATED_AFTER = re.compile(r"(?i)^\s*(?:is\s+|was\s+)?(?:not\s+(?:stated|given|known|specified|used|enabled)|unknown"
+                             r"|unstated|unspecified|n/a\b|disabled|off\b)")
+#: Clause delimiters: a negation reaches the end of its clause, no further.
+_CLAUSE = re.compile(r"[.;,()\n]")
+#: What a setting stated as off means, where it has an off value (the rest are simply not set).
+_OFF_VALUE: dict[str, Any] = {"recompute": "none"}
+
+
+def _negation(notes: str, found: re.Match[str]) -> str | None:
+    """``"off"`` when the match's clause switches it off, ``"unknown"`` when it says the setting is not stated,
+    else ``None``."""
+    before = _CLAUSE.split(notes[:found.start()])[-1]
+    after = _CLAUSE.split(notes[found.end():])[0]
+    if _UNSTATED_AFTER.search(after):
+        return "unknown"
+    if _NEGATED_BEFORE.search(before[-40:]):
+        return "off"
+    return None
+
+
 def notes_flags(notes: str) -> dict[str, Any]:
-    """Settings stated as Megatron arguments in the notes (first mention of each setting wins)."""
+    """Settings stated as Megatron arguments in the notes (first mention of each setting wins). A mention negated
+    in its clause ("no FlashAttention", "activation checkpointing not stated") sets nothing, except that a setting
+    switched off says so where it has an off value (recompute: none)."""
     out: dict[str, Any] = {}
     for pattern, key, value in NOTES_FLAGS:
-        found = re.search(pattern, notes)
-        if found is None or key in out:
+        if key in out:
             continue
-        out[key] = value if value is not None else next(g for g in found.groups() if g is not None)
+        for found in re.finditer(pattern, notes):
+            negation = _negation(notes, found)
+            if negation is None:
+                out[key] = value if value is not None else next(g for g in found.groups() if g is not None)
+                break
+            if negation == "off" and key in _OFF_VALUE:
+                out[key] = _OFF_VALUE[key]
+                break
     for key in ("micro_batch", "zero", "ep", "etp", "vpp", "layers_per_virtual_stage"):
         if key in out:
             out[key] = int(out[key])
@@ -461,6 +503,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("mistral", r"mistral|mixtral", _LLAMA_LIKE, vocab=32000, gated_ffn=True),
     Family("qwen2", r"qwen[\s_.-]*2", {**_LLAMA_LIKE, "add_qkv_bias": True}, vocab=151936, gated_ffn=True),
     Family("qwen3", r"qwen[\s_.-]*3", {**_LLAMA_LIKE, "qk_layernorm": True}, vocab=151936, gated_ffn=True),
+    # Baichuan 2 (arXiv 2309.10305 §2.3-2.4): SwiGLU, RMSNorm, vocabulary 125,696; RoPE at 7B, ALiBi at 13B
+    Family("baichuan-13b", r"baichuan[\w\s.-]*?13\s*b", {**_LLAMA_LIKE, "position_embedding_type": "alibi"},
+           vocab=125696, gated_ffn=True),
+    Family("baichuan", r"baichuan", _LLAMA_LIKE, vocab=125696, gated_ffn=True),
     Family("bloom", r"bloom", {"position_embedding_type": "alibi", "hidden_dropout": 0.0,
                                "attention_dropout": 0.0}, vocab=250880),
     # MosaicML MPT (llm-foundry mpt configs: no_bias, alibi, no learned positions, LayerNorm, no dropout; the
@@ -482,7 +528,27 @@ NON_TRANSFORMER_NAME = re.compile(r"nemotron[\s_-]*h\b|mamba|jamba|zamba|rwkv|xl
                                   r"|\bhybrid\b|\bssm\b", re.IGNORECASE)
 
 
+#: The architecture of a model whose name names no family but whose shape is a gated-MLP / grouped-query one.
+LLAMA_LIKE = Family("llama-like", r"", _LLAMA_LIKE, vocab=32000, gated_ffn=True)
+#: FFN-to-hidden ratios below this are gated MLPs' (SwiGLU: 8/3 to 3.6 in Llama 2/3, Mistral, Qwen); GPT's is 4.
+GATED_FFN_RATIO = 3.75
+
+
 def family_of(name: str) -> Family:
     """The first family whose pattern occurs in the (lower-cased) model name."""
     lower = name.lower()
     return next(f for f in FAMILIES if re.search(f.pattern, lower))
+
+
+def family_of_shape(name: str, hidden: int, heads: int, ffn: int | None, kv: int | None) -> tuple[Family, str | None]:
+    """:func:`family_of`, except that a name matching no family (the GPT fallback) whose shape says gated MLP
+    (``ffn / hidden`` below :data:`GATED_FFN_RATIO`) or grouped-query attention (``kv < heads``) is Llama-like
+    (SwiGLU, RMSNorm, RoPE, no biases) rather than GPT; the second value says why, for the row's assumptions."""
+    fam = family_of(name)
+    if fam.pattern:
+        return fam, None
+    if ffn is not None and ffn < GATED_FFN_RATIO * hidden:
+        return LLAMA_LIKE, f"ffn/h = {ffn / hidden:.2f} is a gated MLP's (GPT's is 4)"
+    if kv is not None and kv < heads:
+        return LLAMA_LIKE, f"grouped-query attention ({kv} KV heads of {heads})"
+    return fam, None

@@ -87,6 +87,7 @@ from trainsim.validation.row_rules import (
     UNMODELLED_OFFLOAD,
     Family,
     family_of,
+    family_of_shape,
     infer_framework,
     notes_flags,
     reports_eq3,
@@ -273,13 +274,13 @@ def _presets() -> tuple[tuple[str, Model], ...]:
     return tuple(out)
 
 
-def matching_preset(name: str, layers: int, hidden: int, heads: int, kv: int | None) -> Model | None:
+def matching_preset(name: str, layers: int | None, hidden: int, heads: int, kv: int | None) -> Model | None:
     """The model preset of this shape whose family name (leading letters) occurs in the row's model name (the one
-    whose whole name occurs in it first)."""
+    whose whole name occurs in it first); ``layers`` None: of any depth."""
     flat = re.sub(r"[^a-z0-9]", "", name.lower())
     found = [m for token, m in _presets()
-             if token in flat and (m.num_layers, m.hidden_size, m.num_attention_heads) == (layers, hidden, heads)
-             and (kv is None or kv == m.query_groups)]
+             if token in flat and (m.hidden_size, m.num_attention_heads) == (hidden, heads)
+             and layers in (None, m.num_layers) and (kv is None or kv == m.query_groups)]
     named = [m for m in found if re.sub(r"[^a-z0-9]", "", m.name) in flat]  # prefer the preset the name spells out
     return (named or found or [None])[0]
 
@@ -300,6 +301,12 @@ def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
         raise RowError(f"model: {name!r} has state-space / recurrent (Mamba-style) layers, which trainsim does not "
                        "model (transformer blocks only)")
     preset = matching_preset(name, layers, hidden, heads, kv)
+    depth_note: list[str] = []
+    if preset is None and MOE_NAME.search(name) and (shallow := matching_preset(name, None, hidden, heads, kv)):
+        # a mixture-of-experts model at another depth (benchmark proxies with fewer layers): the preset's layer,
+        # experts and router at the row's layer count
+        preset = shallow
+        depth_note = [f"num_layers {layers} (the row's; the preset has {shallow.num_layers})"]
     if preset is not None:
         fields: dict[str, Any] = preset.model_dump(exclude={"name", "seq_length", "source", "approximations"})
         if kv is not None:
@@ -309,13 +316,15 @@ def row_model(row: pd.Series, framework: str) -> tuple[Model, list[str]]:
         if vocab is not None:
             fields["vocab_size"] = vocab
         fields |= _dropout(family_of(preset.name), framework)
-        return Model(name=name, seq_length=seq, **fields), [f"architecture of model preset {preset.name}"]
+        fields["num_layers"] = layers
+        return Model(name=name, seq_length=seq, **fields), [f"architecture of model preset {preset.name}",
+                                                            *depth_note]
     if MOE_NAME.search(name):
         raise RowError(f"model: {name!r} looks like a mixture-of-experts model and no model preset has its shape "
                        f"(L={layers}, h={hidden}, heads={heads}); the schema has no expert columns")
-    fam = family_of(name)
+    fam, why = family_of_shape(name, hidden, heads, ffn, kv)
     fields = {**fam.fields, **_dropout(fam, framework)}
-    notes = [f"model family {fam.name}"]
+    notes = [f"model family {fam.name}" + (f" (no family named: {why})" if why else "")]
     if ffn is None:
         ffn = megatron_swiglu_ffn(hidden) if fam.gated_ffn else 4 * hidden
         notes.append(f"ffn {ffn} (family default)")
@@ -348,6 +357,8 @@ def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str,
     layout = _text(row, "pipeline_layout")
     if layout is not None:
         return {"pipeline_layout": layout}, ["pipeline_layout column"]
+    if (layout := notes_flags(notes).get("pipeline_layout")) is not None:
+        return {"pipeline_layout": layout}, [f"pipeline layout {layout} (from the notes)"]
     cells = {k: v for k in ("first_stage_layers", "last_stage_layers") if (v := _int(row, k)) is not None}
     if cells:
         return cells, ["first/last stage layer columns"]
@@ -438,6 +449,25 @@ def _pick(key: str, cell: Any, stated: dict[str, Any], default: Any, assumed: li
     if assumed is not None:
         assumed.append(f"{key} {default} (framework default)")
     return default
+
+
+def _sequence_parallel_if_needed(job: Job, tr_notes: list[str], par_notes: list[str],
+                                 fit_with: Any) -> tuple[Job, list[str], list[str]]:
+    """An unstated sequence parallelism with TP: the stack's default (off) unless the job does not fit in memory
+    even with the other unstated choices made; then on (Megatron's ``--sequence-parallel``, which costs no extra
+    communication: the run ran, so it fit), where the stack offers it and it makes the job fit."""
+    from trainsim.predictor import memory_report
+
+    if memory_report(job).fits:
+        return job, tr_notes, par_notes
+    try:
+        sp_job, sp_notes = fit_with(job.parallelism.replace(sequence_parallel=True))
+    except (TrainsimError, ValueError):  # the stack has no sequence parallelism for this plan
+        return job, tr_notes, par_notes
+    if not memory_report(sp_job).fits:
+        return job, tr_notes, par_notes
+    note = "sp True (unstated; without sequence parallelism the run would not fit in memory)"
+    return sp_job, sp_notes, [n for n in par_notes if not n.startswith("sp ")] + [note]
 
 
 def default_vpp(framework: Framework, layers: int, pp: int) -> int | None:
@@ -582,7 +612,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     stated |= in_source
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
     zero = _zero(row)
-    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp), fp8,
+    ep = _int(row, "ep") or int(stated.get("ep", 1))
+    fw_name, rule = infer_framework(_text(row, "framework"), _text(row, "source") or "", notes, (tp, pp, cp, ep), fp8,
                                     zero if zero is not None else stated.get("zero"))
     framework = load_framework(fw_name)
     implied_zero = offload_settings(stated, framework)
@@ -608,6 +639,11 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     model, model_notes = row_model(row, framework.name)
     sp_default = d["sp"] or framework.tp_shards_sequence  # torchtitan's and Meta's TP always shard the sequence
     par, par_notes = row_parallelism(row, model.num_layers, sp_default, notes, stated, framework)
+    stated_layout = _text(row, "pipeline_layout") or stated.get("pipeline_layout")
+    if model.mtp_num_layers and stated_layout and "m" not in stated_layout:
+        # Megatron places multi-token prediction in the layout ('m'): a stated layout without it ran without MTP
+        model = model.replace(mtp_num_layers=0)
+        model_notes.append("mtp 0 (the stated pipeline layout has no MTP stage)")
     num_gpus = _required_int(row, "num_gpus")
     dp = par.dp or max(1, num_gpus // (par.tp * par.pp * par.cp))
     training, tr_notes = _training(row, d, notes, stated, par.sequence_parallel, dp)
@@ -628,6 +664,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
                            free_zero=base.zero_stage is None)
 
     job, tr_notes = fit_with(par)
+    if par.tp > 1 and not par.sequence_parallel and _switch(row, "sp") is None and "sp" not in stated:
+        job, tr_notes, par_notes = _sequence_parallel_if_needed(job, tr_notes, par_notes, fit_with)
     if implied_zero:  # the offloading's stage was not named: the run ran, so it sharded as far as it had to
         job, tr_notes, training = offload_stage_that_fits(job, tr_notes, training, framework, fit_with,
                                                            lambda tr: stated.update(zero=tr.zero_stage))
