@@ -121,7 +121,10 @@ class Parallelism(Spec, frozen=True):
         """Virtual stages per rank from a layout when they are not given (Megatron's arguments.py derives
         ``virtual_pipeline_model_parallel_size`` from ``--pipeline-model-parallel-layout``)."""
         if isinstance(data, dict) and data.get("pipeline_layout") and data.get("vpp") in (None, 1):
-            stages = len(parse_pipeline_layout(str(data["pipeline_layout"]))[0])
+            try:
+                stages = len(parse_pipeline_layout(str(data["pipeline_layout"]))[0])
+            except ValueError:  # reported by the field's own validator, under its name
+                return data
             pp = int(data.get("pp") or 1)
             if pp > 0 and stages % pp == 0 and stages // pp > 1:
                 data = {**data, "vpp": stages // pp}
