@@ -99,6 +99,25 @@ def test_mpt_attn_config_alibi_and_expansion_ratio():
     assert m.num_params == pytest.approx(6.7e9, rel=0.01)  # MPT-7B model card: 6.7B
 
 
+@pytest.mark.parametrize(("name", "params", "tol"), [
+    ("glm-4-9b.json", 9.4e9, 0.01),  # model card: 9.4B (chatglm remote-code config)
+    ("glm-4-9b-hf.json", 9.4e9, 0.01),  # the same model's transformers config
+    ("c4ai-command-r.json", 35e9, 0.01),  # model card: 35B (tied embeddings)
+    ("phi-2.json", 2.78e9, 0.01),  # transformers' parameter count of microsoft/phi-2 (model card: 2.7B)
+])
+def test_more_dense_families_match_their_model_cards(name, params, tol):
+    m = load_hf_config(DATA / name)
+    assert m.num_params == pytest.approx(params, rel=tol)
+    assert not any("no trainsim reader" in a for a in m.approximations)
+
+
+def test_glm_has_biases_on_qkv_only_and_a_gated_mlp():
+    for name in ("glm-4-9b.json", "glm-4-9b-hf.json"):
+        m = load_hf_config(DATA / name)
+        assert m.swiglu and m.normalization == "RMSNorm" and m.add_qkv_bias and not m.add_bias_linear
+        assert m.query_groups == 2
+
+
 def test_phi3_small_and_falcon_and_bloom():
     phi = load_hf_config(DATA / "phi-3-small-8k.json")
     assert phi.ffn_size == 14336 and phi.swiglu and phi.query_groups == 8

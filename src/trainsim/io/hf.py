@@ -76,8 +76,9 @@ class Architecture:
     notes: tuple[str, ...] = field(default=())
 
 
-def _note_parallel(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
-    if cfg.get("use_parallel_residual") or cfg.get("parallel_attn") or fields.get("_parallel"):
+def _note_parallel(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str], always: bool = False) -> None:
+    """The note for parallel attention/MLP blocks: the config says so, or the family always has them."""
+    if cfg.get("use_parallel_residual") or cfg.get("parallel_attn") or always:
         notes.append("parallel attention and MLP blocks (one residual) modelled as sequential blocks: same FLOPs and "
                      "bytes, but no attention/MLP overlap")
 
@@ -125,10 +126,7 @@ def _bloom(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> Non
 
 
 def _gpt_neox(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
-    pct = cfg.get("rotary_pct")
-    if isinstance(pct, int | float) and pct < 1:
-        notes.append(f"rotary embedding on {pct:.0%} of each head modelled as full rotary (elementwise, no effect on "
-                     "GEMMs)")
+    _partial_rotary(cfg, notes)
     _note_parallel(cfg, fields, notes)
 
 
@@ -136,9 +134,7 @@ def _gptj(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None
     fields["add_bias_linear"] = True  # GPT-J: biased MLP and LM head, unbiased attention projections
     notes.append("GPT-J's attention projections have no bias but its MLP does: all linears modelled with biases "
                  "(4·hidden parameters per layer too many)")
-    fields["_parallel"] = True
-    _note_parallel(cfg, fields, notes)
-    fields.pop("_parallel")
+    _note_parallel(cfg, fields, notes, always=True)
 
 
 def _qwen2(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
@@ -194,6 +190,43 @@ def _mpt(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
         fields["num_query_groups"] = 1 if attn.get("attn_type") == "multiquery_attention" else int(kv)
 
 
+def _chatglm(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
+    """ChatGLM / GLM-4 (THUDM's remote code): SwiGLU MLP, ``rmsnorm``, biases on Q, K and V only
+    (``add_qkv_bias``, ``add_bias_linear``), grouped queries in ``multi_query_group_num``."""
+    fields["normalization"] = "RMSNorm" if cfg.get("rmsnorm", True) else "LayerNorm"
+    fields["add_bias_linear"] = bool(cfg.get("add_bias_linear", False))
+    fields["add_qkv_bias"] = bool(cfg.get("add_qkv_bias", True))
+    if not cfg.get("multi_query_attention", True):
+        fields.pop("num_query_groups", None)
+    _partial_rotary(cfg, notes)
+
+
+def _glm(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
+    """GLM / GLM-4 in transformers: ``attention_bias`` puts biases on Q, K and V only; half-rotary heads."""
+    fields["add_qkv_bias"] = bool(cfg.get("attention_bias", True))
+    fields["add_bias_linear"] = False
+    _partial_rotary(cfg, notes)
+
+
+def _partial_rotary(cfg: dict[str, Any], notes: list[str]) -> None:
+    """The note for rotary embeddings on part of each head (``rotary_pct``, ``partial_rotary_factor``)."""
+    pct = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
+    if isinstance(pct, int | float) and pct < 1:
+        notes.append(f"rotary embedding on {pct:.0%} of each head modelled as full rotary (elementwise, no effect on "
+                     "GEMMs)")
+
+
+def _phi(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
+    _note_parallel(cfg, fields, notes, always=True)  # Phi-1/2: attention and MLP read the same LayerNorm output
+    _partial_rotary(cfg, notes)
+
+
+def _cohere(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
+    _note_parallel(cfg, fields, notes, always=True)  # Command-R: attention and MLP in parallel on one LayerNorm
+    if cfg.get("use_qk_norm"):
+        fields["qk_layernorm"] = True
+
+
 def _opt(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
     if cfg.get("word_embed_proj_dim") not in (None, fields["hidden_size"]):
         notes.append("OPT's word-embedding projection (word_embed_proj_dim) is not counted")
@@ -226,6 +259,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     "olmo2": Architecture(),
     "starcoder2": Architecture(norm="LayerNorm", gated_mlp=False, bias=True),
     "internlm2": Architecture(),
+    "chatglm": Architecture(gated_mlp=True, refine=_chatglm),
+    "glm": Architecture(gated_mlp=True, refine=_glm),
+    "glm4": Architecture(gated_mlp=True, refine=_glm),
+    "cohere": Architecture(norm="LayerNorm", tied=True, refine=_cohere),
+    "phi": Architecture(norm="LayerNorm", gated_mlp=False, bias=True, refine=_phi),
     "mpt": Architecture(positions="alibi", norm="LayerNorm", gated_mlp=False, tied=True, context=2048, refine=_mpt),
 }
 
