@@ -363,3 +363,12 @@ def test_megatron_fp4_flags_select_the_nvfp4_recipe(tmp_path, capsys):
     job = _predict(["predict", "-m", "llama3-8b", "-s", "dgx-b200", "-n", "8", "--gbs", "64", "--json",
                     "--megatron-args", str(path)], capsys)["job"]
     assert (job["precision"], job["fp8_recipe"], job["gemm_dtype"]) == ("fp8", "nvfp4", "fp4")
+
+
+@pytest.mark.parametrize(("impl", "graphs"), [("transformer_engine", True), ("local", True), ("none", False)])
+def test_cuda_graph_impl_is_the_cuda_graphs_switch(impl, graphs):
+    """Megatron-Core's --cuda-graph-impl replaced --enable-cuda-graph; its --cuda-graph-scope values (nargs '+')
+    are consumed with a note, not listed as unrecognised."""
+    a = parse_megatron_args(["--cuda-graph-impl", impl, "--cuda-graph-scope", "attn", "moe_router", "--bf16"])
+    assert a.options["enable_cuda_graph"] is graphs and a.options.get("bf16") is True
+    assert not a.unrecognised and any("--cuda-graph-scope" in n for n in a.notes)

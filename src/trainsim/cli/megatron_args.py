@@ -224,6 +224,12 @@ def _dispatcher(a: MegatronArgs, v: str | None) -> None:
                        "expert-parallel group")
 
 
+def _cuda_graph_impl(a: MegatronArgs, v: str | None) -> None:
+    """``--cuda-graph-impl local|transformer_engine`` (Megatron-Core's successor of ``--enable-cuda-graph`` /
+    ``--external-cuda-graph``) captures CUDA graphs; ``none`` does not."""
+    a.options["enable_cuda_graph"] = str(v).lower() != "none"
+
+
 #: Megatron flags beyond the job options (spellings with a rule of their own: the job options themselves come from
 #: the spec fields' flags): flag → (takes a value, handler).
 EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
@@ -241,6 +247,9 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),
+    "--cuda-graph-impl": (True, _cuda_graph_impl),
+    "--cuda-graph-scope": (True, _note("--cuda-graph-scope: partial CUDA graphs are modelled as graphs of whole "
+                                       "layers (the host time of the operators outside the scope is not counted)")),
     "--moe-grouped-gemm": (False, lambda a, v: a.options.__setitem__("moe_expert_launch", "cpp_loop")),
     "--use-torch-fsdp2": (False, _fsdp),
     "--use-custom-fsdp": (False, _fsdp),
