@@ -98,3 +98,20 @@ def test_megatron_moe_modelzoo_cross_node_deepep_runs_send_a_token_once_per_node
     job = rows["mz0"].job
     plain = predict(job.replace(training=job.training.replace(moe_token_dispatcher="alltoall")))
     assert plain.iteration_time_s > 1.35 * rows["mz0"].measured_iter_s
+
+
+def test_the_held_out_bias_table_pools_every_file_by_generation_arithmetic_and_kind():
+    """The summary's rows add up to every held-out run, and its signed mean is the mean of the pooled errors."""
+    from trainsim.validation.external import EXTERNAL_FILES, bias_lines
+
+    pooled = []
+    for name in EXTERNAL_FILES:
+        path = external_path(name)
+        jobs = {m.id: m.job for m in load_table(path).rows}
+        pooled += [(jobs[r.id], r.error) for r in run_validation(measurements=path).rows]
+    rows = [line for line in bias_lines(pooled) if line.startswith("| ") and not line.startswith("| generation")]
+    assert sum(int(line.split("|")[4]) for line in rows) == len(pooled)
+    hopper_fp8_dense = next(line for line in rows if line.startswith("| hopper | fp8 | dense"))
+    errors = [e for job, e in pooled if job.system.gpu.generation == "hopper" and job.training.precision == "fp8"
+              and not job.model.is_moe]
+    assert f"{100 * sum(errors) / len(errors):+.1f}%" in hopper_fp8_dense

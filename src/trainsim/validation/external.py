@@ -14,6 +14,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from trainsim.spec.job import Job
 from trainsim.validation.measurements import load_table
 
 EXTERNAL_FILES = ("llm_foundry_benchmarks.csv", "megatron_bridge_25_11.csv", "megatron_moe_modelzoo.csv",
@@ -37,10 +38,12 @@ def external_lines() -> list[str]:
         "its README; `trainsim validate --measurements PATH` prints the same comparison).",
         "",
     ]
+    pooled: list[tuple[Job, float]] = []
     for name in EXTERNAL_FILES:
         path = external_path(name)
         report = run_validation(measurements=path)
         jobs = {m.id: m.job for m in load_table(path).rows}
+        pooled += [(jobs[r.id], r.error) for r in report.rows]
         unfit = [r.id for r in report.rows if not r.fits]
         kinds = [(kind, [abs(r.error) for r in report.rows if jobs[r.id].model.is_moe == moe])
                  for kind, moe in (("dense", False), ("mixture-of-experts", True))]
@@ -62,4 +65,32 @@ def external_lines() -> list[str]:
         lines += [f"- `{k.id}` not predicted: {k.reason}" for k in report.skipped]
         if report.skipped:
             lines.append("")
-    return lines
+    return lines + bias_lines(pooled)
+
+
+def _kind(job: Job) -> tuple[str, str, str]:
+    """(GPU generation, the linear layers' arithmetic, dense or MoE) of a job, the axes of :func:`bias_lines`."""
+    tr = job.training
+    arithmetic = "fp4" if tr.precision == "fp8" and tr.fp8_recipe == "nvfp4" else tr.precision
+    return job.system.gpu.generation, arithmetic, "MoE" if job.model.is_moe else "dense"
+
+
+def bias_lines(pooled: list[tuple[Job, float]]) -> list[str]:
+    """Signed error of the held-out runs pooled over the files, by GPU generation, arithmetic and model kind: where
+    the model is biased (a column of one sign) rather than noisy, for the reader deciding what to trust."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for job, error in pooled:
+        groups.setdefault(_kind(job), []).append(error)
+    lines = [
+        "**All held-out runs above by GPU generation, arithmetic and model kind** (mean signed error: negative is a",
+        "prediction faster than measured):",
+        "",
+        "| generation | arithmetic | kind | runs | mean error | MAPE | worst |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for (gen, arith, kind), errors in sorted(groups.items()):
+        n = len(errors)
+        worst = max(errors, key=abs)
+        lines.append(f"| {gen} | {arith} | {kind} | {n} | {100 * sum(errors) / n:+.1f}% | "
+                     f"{100 * sum(map(abs, errors)) / n:.1f}% | {100 * worst:+.1f}% |")
+    return [*lines, ""]
