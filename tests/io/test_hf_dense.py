@@ -111,6 +111,41 @@ def test_more_dense_families_match_their_model_cards(name, params, tol):
     assert not any("no trainsim reader" in a for a in m.approximations)
 
 
+def test_transformers_v5_rope_parameters_and_unknown_types_are_rotary():
+    """Devstral 2 (transformers v5) keeps RoPE in rope_parameters only: rotary, no learned position table."""
+    m = load_hf_config(DATA / "devstral-2-123b.json")
+    assert m.position_embedding_type == "rope" and m.num_params == pytest.approx(125e9, rel=0.02)  # card: 123B
+    cfg = {"model_type": "brand_new", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100, "max_position_embeddings": 4096}
+    assert model_from_hf_config(cfg).position_embedding_type == "rope"
+    assert model_from_hf_config({**cfg, "n_positions": 1024}).position_embedding_type == "learned_absolute"
+
+
+def test_hybrid_layer_types_are_refused():
+    """Qwen3.5's Gated DeltaNet layers appear only in layer_types: refused, not modelled as attention."""
+    with pytest.raises(TrainsimError, match="hybrid linear-attention"):
+        load_hf_config(DATA / "qwen3.5-27b.json")
+    cfg = {"model_type": "brand_new", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100, "layer_types": ["conv", "full_attention"]}
+    with pytest.raises(TrainsimError, match="conv layers"):
+        model_from_hf_config(cfg)
+
+
+def test_layer_types_sliding_windows_and_wrapped_language_models():
+    """OLMo 3's layer_types put a 4096-token window on 3 layers of 4; InternVL keeps its LM under llm_config."""
+    olmo = load_hf_config(DATA / "olmo-3.1-32b-instruct.json")
+    assert (olmo.local_attention, olmo.local_attention_size, olmo.local_attention_skip_freq) == ("sliding", 4096, 4)
+    internvl = load_hf_config(DATA / "internvl3-38b-awq.json")
+    assert internvl.num_layers == 64 and internvl.add_qkv_bias  # Qwen2.5-32B inside
+    assert any("vision_config ignored" in a for a in internvl.approximations)
+
+
+def test_a_generation_top_k_is_not_the_router_top_k():
+    cfg = {"model_type": "mistral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100, "intermediate_size": 128, "top_k": 50}
+    assert not model_from_hf_config(cfg).is_moe and model_from_hf_config(cfg).moe_router_topk != 50
+
+
 def test_glm_has_biases_on_qkv_only_and_a_gated_mlp():
     for name in ("glm-4-9b.json", "glm-4-9b-hf.json"):
         m = load_hf_config(DATA / name)

@@ -24,6 +24,7 @@ PUBLISHED = [
     ("gpt-oss-120b.json", 116.83e9, 5.13e9, False, 0.002),
     ("llama4-maverick.json", 400e9, 17e9, True, 0.015),
     ("dbrx.json", 132e9, 36e9, True, 0.01),
+    ("deepseek-v3.2-exp.json", 671e9, 37e9, False, 0.015),  # V3's shape plus the DSA indexer (noted)
 ]
 
 
@@ -98,3 +99,14 @@ def test_dbrx_reads_its_nested_ffn_and_attention_configs() -> None:
     m = load_hf_config(DATA / "dbrx.json")
     assert (m.num_experts, m.moe_router_topk, m.moe_ffn_hidden_size, m.query_groups) == (16, 4, 10752, 8)
     assert m.swiglu and m.normalization == "LayerNorm" and not m.add_bias_linear
+
+
+def test_deepseek_v32_and_glm_moe_use_the_deepseek_reader() -> None:
+    """deepseek_v32 is DeepSeek-V3 plus a sparse-attention indexer (named in a note); glm4_moe_lite is MLA with a
+    head count that does not divide the hidden size (MLA's head dims are explicit)."""
+    v32 = load_hf_config(DATA / "deepseek-v3.2-exp.json")
+    assert v32.multi_latent_attention and v32.moe_first_k_dense == 3 and v32.moe_shared_expert_intermediate_size
+    assert any("sparse attention" in a for a in v32.approximations)
+    flash = load_hf_config(DATA / "glm-4.7-flash-trimmed.json")  # the trimmed config has no hidden_act
+    assert flash.multi_latent_attention and flash.swiglu and flash.num_attention_heads == 20
+    assert flash.num_params == pytest.approx(30e9, rel=0.02)  # model card: 30B total ("30B-A3B")

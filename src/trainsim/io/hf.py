@@ -49,7 +49,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "vocab_size": ("vocab_size", "padded_vocab_size"),
     "max_positions": ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", "n_ctx"),
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
-    "moe_router_topk": ("num_experts_per_tok", "moe_top_k", "top_k"),
+    "moe_router_topk": ("num_experts_per_tok", "moe_top_k"),  # not "top_k": a generation default in full dumps
     "moe_ffn_hidden_size": ("moe_intermediate_size", "expert_intermediate_size"),
     "moe_shared_expert_intermediate_size": ("shared_expert_intermediate_size",),
 }
@@ -217,6 +217,7 @@ def _partial_rotary(cfg: dict[str, Any], notes: list[str]) -> None:
 
 
 def _phi(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
+    fields["add_bias_linear"] = True  # PhiAttention / PhiMLP: every linear layer has a bias, whatever attention_bias
     _note_parallel(cfg, fields, notes, always=True)  # Phi-1/2: attention and MLP read the same LayerNorm output
     _partial_rotary(cfg, notes)
 
@@ -225,6 +226,21 @@ def _cohere(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> No
     _note_parallel(cfg, fields, notes, always=True)  # Command-R: attention and MLP in parallel on one LayerNorm
     if cfg.get("use_qk_norm"):
         fields["qk_layernorm"] = True
+
+
+def _layer_type_windows(cfg: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Sliding-window attention spelled by ``layer_types`` (OLMo 3, EXAONE 4, Gemma 3 ...): the window on the
+    ``sliding_attention`` layers, the others global every n-th layer."""
+    from trainsim.io.hf_moe import global_every
+
+    types, window = cfg.get("layer_types"), cfg.get("sliding_window")
+    layers = int(fields["num_layers"])
+    if not (isinstance(types, list) and len(types) == layers and isinstance(window, int) and window > 0
+            and "sliding_attention" in types):
+        return
+    fields.update(local_attention="sliding", local_attention_size=window,
+                  local_attention_skip_freq=global_every([i for i, t in enumerate(types) if t != "sliding_attention"],
+                                                         layers, "layer_types"))
 
 
 def _opt(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
@@ -237,7 +253,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "llama": Architecture(),
     "mistral": Architecture(refine=_mistral),
     "qwen2": Architecture(refine=_qwen2),
-    "qwen3": Architecture(),
+    "qwen3": Architecture(refine=lambda cfg, fields, notes: fields.update(qk_layernorm=True)),  # per-head q/k norms
     "yi": Architecture(),
     "gemma": Architecture(gated_mlp=True, tied=True),
     "gemma2": Architecture(gated_mlp=True, tied=True, refine=_gemma2),
@@ -275,10 +291,31 @@ REFUSED: dict[str, str] = {
     "nemotron_h": "a hybrid attention/state-space model", "zamba2": "a hybrid attention/state-space model",
     "bamba": "a hybrid attention/state-space model", "falcon_h1": "a hybrid attention/state-space model",
     "granitemoehybrid": "a hybrid attention/state-space model", "qwen3_next": "a hybrid linear-attention model",
-    "xlstm": "a recurrent model",
+    "xlstm": "a recurrent model", "qwen3_5": "a hybrid linear-attention model",
+    "qwen3_5_text": "a hybrid linear-attention model", "qwen3_5_moe": "a hybrid linear-attention model",
+    "qwen3_5_moe_text": "a hybrid linear-attention model", "lfm2": "a hybrid convolution/attention model",
+    "lfm2_vl": "a hybrid convolution/attention model", "lfm2_moe": "a hybrid convolution/attention model",
     "t5": "an encoder-decoder model", "bart": "an encoder-decoder model", "mt5": "an encoder-decoder model",
 }
 
+
+#: Keys under which multimodal wrappers keep their language model's config (transformers: text_config; InternVL:
+#: llm_config).
+LANGUAGE_MODEL_KEYS = ("text_config", "llm_config")
+#: ``layer_types`` entries of attention layers; any other kind (Gated DeltaNet "linear_attention", LFM2's "conv",
+#: "mamba") is a layer trainsim does not model.
+ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention"})
+#: Model types that are another family's architecture under a new name (vision-language wrappers' text models,
+#: renamed releases): read with that family's reader.
+TYPE_ALIASES: dict[str, str] = {
+    "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2", "qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2",
+    "qwen3_vl": "qwen3", "qwen3_vl_text": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe",
+    "ministral": "mistral", "ministral3": "mistral", "mistral3": "mistral", "olmo3": "olmo2",
+}
+
+#: Config keys that say the model uses rotary embeddings (transformers v5 keeps them in rope_parameters).
+ROPE_KEYS = ("rope_theta", "rotary_dim", "rope_scaling", "rope_parameters", "partial_rotary_factor", "rotary_pct",
+             "rotary_emb_base")
 
 #: Config keys that only state-space / hybrid models carry (Mamba blocks in the layer pattern or their state size).
 SSM_KEYS = ("hybrid_override_pattern", "ssm_state_size", "mamba_d_state", "mamba_num_heads", "mamba_expand",
@@ -311,14 +348,19 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
     if not isinstance(cfg, dict):
         raise TrainsimError("config.json", "is not a JSON object", "pass a Hugging Face model config.json")
     multimodal = [k for k in ("vision_config", "audio_config") if isinstance(cfg.get(k), dict)]
-    if "text_config" in cfg and isinstance(cfg["text_config"], dict) and _first(cfg, "num_layers") is None:
-        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    for inner in LANGUAGE_MODEL_KEYS:  # a multimodal wrapper: its language model's config
+        if isinstance(cfg.get(inner), dict) and _first(cfg, "num_layers") is None:
+            cfg = {**cfg[inner], "model_type": cfg[inner].get("model_type", cfg.get("model_type"))}
+            break
     raw_type = str(cfg.get("model_type", ""))
     model_type = raw_type if raw_type in ARCHITECTURES else raw_type.lower()
+    model_type = TYPE_ALIASES.get(model_type, model_type)
     ssm_keys = [k for k in SSM_KEYS if k in cfg]
-    if model_type in REFUSED or cfg.get("is_encoder_decoder") or ssm_keys:
+    other_layers = sorted({str(t) for t in cfg.get("layer_types") or [] if str(t) not in ATTENTION_LAYER_TYPES})
+    if model_type in REFUSED or cfg.get("is_encoder_decoder") or ssm_keys or other_layers:
         what = REFUSED.get(model_type) or ("an encoder-decoder model" if cfg.get("is_encoder_decoder") else
-                                           f"a model with state-space layers ({ssm_keys[0]})")
+                                           f"a model with state-space layers ({ssm_keys[0]})" if ssm_keys else
+                                           f"a hybrid model with {', '.join(other_layers)} layers (layer_types)")
         raise TrainsimError("config.json.model_type", f"{raw_type!r} is {what}, which trainsim does not model",
                             "trainsim models decoder-only transformers (dense or MoE)")
     notes: list[str] = [f"{', '.join(multimodal)} ignored: only the language model is modelled (text tokens)"] \
@@ -367,8 +409,9 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
     if cfg.get("alibi") or cfg.get("position_embedding_type") == "alibi":
         positions = "alibi"
     elif model_type not in ARCHITECTURES and model_type not in _moe_types() and \
-            not any(k in cfg for k in ("rope_theta", "rotary_dim", "rope_scaling")):
-        positions = "learned_absolute" if _first(cfg, "max_positions") else "rope"
+            not any(k in cfg for k in ROPE_KEYS) and (cfg.get("position_embedding_type") in ("absolute", "learned")
+                                                     or any(k in cfg for k in ("n_positions", "n_ctx"))):
+        positions = "learned_absolute"  # GPT-2-style learned positions; any other unknown decoder uses RoPE
     fields["position_embedding_type"] = positions
     bias = cfg.get("attention_bias", cfg.get("use_bias", cfg.get("bias")))
     fields["add_bias_linear"] = arch.bias if bias is None else bool(bias)
@@ -394,6 +437,12 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
         notes.append("quantization_config ignored: training is modelled at the chosen precision (--bf16, --fp8 ...)")
     if arch.refine is not None:
         arch.refine(cfg, fields, notes)
+    if "local_attention" not in fields:
+        _layer_type_windows(cfg, fields)
+    cross = cfg.get("cross_attention_layers")
+    if isinstance(cross, list) and cross:
+        notes.append(f"{len(cross)} cross-attention layers (attending to image tokens) modelled as causal "
+                     "self-attention layers")
     fields["name"] = name or str(cfg.get("_name_or_path") or model_type or "hf-model")
     fields["source"] = f"Hugging Face config.json ({raw_type})" if raw_type else "Hugging Face config.json"
     from trainsim.io.hf_moe import moe_fields  # MoE / latent-attention architectures

@@ -26,7 +26,7 @@ from typing import Any
 
 from trainsim.errors import TrainsimError
 
-DEEPSEEK_TYPES = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
+DEEPSEEK_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe", "glm4_moe_lite"}
 QWEN_MOE_TYPES = {"qwen2_moe", "qwen3_moe"}
 LLAMA4_TYPES = {"llama4", "llama4_text"}
 MOE_TYPES = DEEPSEEK_TYPES | QWEN_MOE_TYPES | LLAMA4_TYPES | {"mixtral", "gpt_oss", "dbrx"}
@@ -83,15 +83,28 @@ def moe_fields(cfg: dict[str, Any], model_type: str, fields: dict[str, Any]) -> 
 
 
 def _deepseek(cfg: dict[str, Any], out: dict[str, Any], layers: int) -> None:
-    out["multi_latent_attention"] = True
-    out["q_lora_rank"] = _int(cfg, "q_lora_rank")
-    out["kv_lora_rank"] = _int(cfg, "kv_lora_rank", 512)
-    out["qk_head_dim"] = _int(cfg, "qk_nope_head_dim", 128)
-    out["qk_pos_emb_head_dim"] = _int(cfg, "qk_rope_head_dim", 64)
-    out["v_head_dim"] = _int(cfg, "v_head_dim", 128)
-    out.pop("num_query_groups", None)
-    out.pop("kv_channels", None)
-    out["add_bias_linear"] = bool(cfg.get("attention_bias", False))
+    """DeepSeek-V2/V3/V3.2, Kimi-K2 and GLM-4.5/4.7 (``glm4_moe``, ``glm4_moe_lite``): routed and shared experts after
+    ``first_k_dense_replace`` dense layers, MTP; multi-head latent attention where the config has ``kv_lora_rank``,
+    else grouped-query attention (GLM-4.5: ``attention_bias`` on Q, K and V only, optional q/k norms)."""
+    if cfg.get("kv_lora_rank") is not None or cfg.get("model_type") in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        out["multi_latent_attention"] = True
+        out["q_lora_rank"] = _int(cfg, "q_lora_rank")
+        out["kv_lora_rank"] = _int(cfg, "kv_lora_rank", 512)
+        out["qk_head_dim"] = _int(cfg, "qk_nope_head_dim", 128)
+        out["qk_pos_emb_head_dim"] = _int(cfg, "qk_rope_head_dim", 64)
+        out["v_head_dim"] = _int(cfg, "v_head_dim", 128)
+        out.pop("num_query_groups", None)
+        out.pop("kv_channels", None)
+        out["add_bias_linear"] = bool(cfg.get("attention_bias", False))
+    else:  # Glm4MoeAttention: q/k/v_proj biased by attention_bias, o_proj never
+        out["add_qkv_bias"] = bool(cfg.get("attention_bias", False))
+        out["add_bias_linear"] = False
+        out["qk_layernorm"] = bool(cfg.get("use_qk_norm", False))
+    out["swiglu"] = True  # SwiGLU experts and dense MLPs in every one of these families (hidden_act silu)
+    if cfg.get("index_topk"):  # DeepSeek-V3.2's DSA: a lightning indexer picks index_topk keys per query
+        out["approximations"] = (*out.get("approximations", ()),
+                                 f"DeepSeek sparse attention (indexer selecting {cfg['index_topk']} keys per query) "
+                                 "modelled as dense MLA attention (overestimates attention time at long sequences)")
     experts = _int(cfg, "n_routed_experts")
     if experts:
         out["num_experts"] = experts

@@ -167,7 +167,7 @@ class Model(Spec, frozen=True):
                 f"{heads} attention heads are not divisible by {groups} query groups",
                 "choose a number of query groups that divides the number of heads",
             )
-        if self.kv_channels is None and self.hidden_size % heads:
+        if self.kv_channels is None and not self.multi_latent_attention and self.hidden_size % heads:
             raise TrainsimError(
                 "model.hidden_size",
                 f"hidden size {self.hidden_size} is not divisible by {heads} heads",
