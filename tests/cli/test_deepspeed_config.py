@@ -64,3 +64,35 @@ def test_missing_file_is_a_one_line_error(tmp_path, capsys):
     code, _, err = run(["predict", "-m", "llama2-7b", "-n", "8", "--gbs", "8", "--deepspeed-config",
                         str(tmp_path / "nope.json")], capsys)
     check_one_line_error(code, err, "deepspeed_config", "file not found")
+
+
+def test_parallelism_keys_and_precision_of_newer_configs():
+    """AutoTP, Ulysses (ALST) and AutoEP degrees; both 16-bit types disabled is fp32; the legacy bfloat16 key."""
+    cfg = parse_deepspeed_config({"tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 2},
+                                  "sequence_parallel": {"enabled": True, "mode": "ulysses", "ulysses": {"degree": 4}},
+                                  "expert_parallel": {"enabled": True, "autoep_size": 8},
+                                  "fp16": {"enabled": False}, "bf16": {"enabled": False}})
+    assert (cfg.options["tp"], cfg.options["cp"], cfg.options["cp_comm_type"], cfg.options["ep"]) == (2, 4, "a2a", 8)
+    assert cfg.options["fp32"] and "bf16" not in cfg.options
+    out = merge_deepspeed_into_options({"num_gpus": 16}, cfg)
+    assert out["framework"] == "deepspeed@0.17"  # AutoTP / Ulysses came with DeepSpeed 0.16.4 / 0.17
+    assert parse_deepspeed_config({"bfloat16": {"enabled": True}}).options == {"bf16": True}
+    assert merge_deepspeed_into_options({"num_gpus": 8, "bf16": True}, cfg).get("fp32") is None  # the flag wins
+
+
+def test_offload_param_below_stage_3_is_ignored_with_a_note():
+    cfg = parse_deepspeed_config({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"},
+                                                        "offload_optimizer": {"device": "cpu"}}})
+    assert "param_cpu_offload" not in cfg.options and cfg.options["optimizer_cpu_offload"]
+    assert any("offload_param ignored" in n for n in cfg.notes)
+
+
+def test_the_micro_batch_from_the_global_batch_and_an_inconsistent_triple():
+    cfg = parse_deepspeed_config({"train_batch_size": 96, "gradient_accumulation_steps": 1})
+    out = merge_deepspeed_into_options({"num_gpus": 8}, cfg)
+    assert out["micro_batch_size"] == 12 and out["global_batch_size"] == 96
+    bad = parse_deepspeed_config({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 1,
+                                  "gradient_accumulation_steps": 8})
+    with pytest.raises(Exception, match="train_batch_size 256 is not"):
+        merge_deepspeed_into_options({"num_gpus": 8}, bad)
+    assert merge_deepspeed_into_options({"num_gpus": 32}, bad)["global_batch_size"] == 256  # consistent on 32

@@ -11,8 +11,17 @@ The keys that change time, memory or cost map onto trainsim's job options (DeepS
 ``fp16.enabled`` / ``bf16.enabled``                    ``--fp16`` / ``--bf16``
 ``zero_optimization.stage``                            ``--zero-stage``
 ``zero_optimization.offload_optimizer.device: cpu``    ``--optimizer-cpu-offload``
-``zero_optimization.offload_param.device: cpu``        ``--param-cpu-offload``
+``zero_optimization.offload_param.device: cpu``        ``--param-cpu-offload`` (stage 3 only: DeepSpeed ignores it
+                                                       below, and so does trainsim, with a note)
+``tensor_parallel.autotp_size``                        ``--tp`` (DeepSpeed AutoTP)
+``sequence_parallel`` (``size``/``ulysses.degree``)    ``--cp`` with all-to-all attention (DeepSpeed-Ulysses / ALST)
+``expert_parallel.autoep_size``                        ``--ep``
 =====================================================  ==============================================================
+
+Precision: ``fp16`` / ``bf16`` (or the legacy ``bfloat16``) enabled; a 16-bit section explicitly disabled and none
+enabled is DeepSpeed's fp32 training; ``"auto"`` or no section leaves it to the flags. The micro-batch, when only
+the global batch and the accumulation steps are given, is ``train_batch_size / (gradient_accumulation_steps × dp)``;
+the three given and inconsistent is an error, as DeepSpeed raises (unless the flags set the batch).
 
 ``"auto"`` values (filled in by the Hugging Face integration at run time) are skipped, offloading to NVMe is refused
 (not modelled), and every other key is listed as ignored. Flags given to trainsim (and a ``--megatron-args`` script)
@@ -32,7 +41,7 @@ from trainsim.errors import TrainsimError, read_text
 FIELD = "deepspeed_config"
 #: Top-level keys read (the rest are listed as ignored).
 READ = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16", "bf16",
-        "zero_optimization")
+        "bfloat16", "zero_optimization", "tensor_parallel", "sequence_parallel", "expert_parallel")
 
 
 @dataclass
@@ -63,9 +72,33 @@ def _section(data: dict[str, Any], key: str, where: str, example: str) -> dict[s
     return section
 
 
-def _enabled(data: dict[str, Any], key: str) -> bool:
+def _enabled(data: dict[str, Any], key: str) -> bool | None:
+    """True / False as the section says; None when absent or ``"auto"``."""
     section = _section(data, key, "", '{"enabled": true}')
-    return section is not None and section.get("enabled") is True
+    if section is None or section.get("enabled") in (None, "auto"):
+        return None
+    return section.get("enabled") is True
+
+
+def _parallel(data: dict[str, Any], out: DeepSpeedConfig) -> None:
+    """AutoTP, Ulysses sequence parallelism and AutoEP degrees as tp, cp (all-to-all) and ep."""
+    tp = _section(data, "tensor_parallel", "", '{"autotp_size": N}')
+    if tp is not None and (size := _int(tp, "autotp_size", "tensor_parallel.")) and size > 1:
+        out.options["tp"] = size
+    sp = _section(data, "sequence_parallel", "", '{"enabled": true, "size": N}')
+    if sp is not None and sp.get("enabled", True) is not False:
+        inner = sp.get("ulysses")
+        ulysses: dict[str, Any] = inner if isinstance(inner, dict) else {}
+        size = _int(ulysses, "degree", "sequence_parallel.ulysses.") or _int(sp, "size", "sequence_parallel.")
+        if size and size > 1:
+            out.options["cp"] = size
+            out.options["cp_comm_type"] = "a2a"
+            out.notes.append(f"sequence_parallel {sp.get('mode', 'ulysses')} {size}: context parallelism with "
+                             "all-to-all attention (DeepSpeed-Ulysses)")
+    ep = _section(data, "expert_parallel", "", '{"enabled": true, "autoep_size": N}')
+    if ep is not None and ep.get("enabled", True) is not False and (size := _int(ep, "autoep_size",
+                                                                                 "expert_parallel.")) and size > 1:
+        out.options["ep"] = size
 
 
 def _device(zero: dict[str, Any], key: str) -> str | None:
@@ -93,11 +126,15 @@ def parse_deepspeed_config(data: Any) -> DeepSpeedConfig:
     if mbs is not None:
         out.options["micro_batch_size"] = mbs
     out.gradient_accumulation_steps = _int(data, "gradient_accumulation_steps")
-    fp16, bf16 = _enabled(data, "fp16"), _enabled(data, "bf16")
+    fp16 = _enabled(data, "fp16")
+    bf16 = _enabled(data, "bf16") if "bf16" in data else _enabled(data, "bfloat16")  # bfloat16: the legacy key
     if fp16 and bf16:
         raise TrainsimError(FIELD, "fp16 and bf16 are both enabled", "enable one of them")
     if fp16 or bf16:
         out.options["fp16" if fp16 else "bf16"] = True
+    elif fp16 is False or bf16 is False:
+        out.options["fp32"] = True  # 16-bit disabled, none left "auto": DeepSpeed trains in fp32
+        out.notes.append("fp32 training (fp16 and bf16 disabled)")
     zero = _section(data, "zero_optimization", "", '{"stage": N}')
     if zero is not None:
         stage = zero.get("stage", 0)
@@ -107,7 +144,12 @@ def parse_deepspeed_config(data: Any) -> DeepSpeedConfig:
         if _device(zero, "offload_optimizer") == "cpu":
             out.options["optimizer_cpu_offload"] = True
         if _device(zero, "offload_param") == "cpu":
-            out.options["param_cpu_offload"] = True
+            if stage == 3:
+                out.options["param_cpu_offload"] = True
+            else:  # DeepSpeed offloads parameters only with ZeRO-3 (the key is ignored below it)
+                out.notes.append(f"zero_optimization.offload_param ignored: ZeRO stage {stage} does not offload "
+                                 "parameters (DeepSpeed offloads them with stage 3 only)")
+    _parallel(data, out)
     out.ignored = sorted(k for k in data if k not in READ)
     return out
 
@@ -139,16 +181,38 @@ def parse_deepspeed_text(name: str, text: str) -> DeepSpeedConfig:
 def merge_deepspeed_into_options(given: dict[str, Any], cfg: DeepSpeedConfig) -> dict[str, Any]:
     """Job options with the configuration's values where the flags (and a Megatron script) left them unset; the
     global batch from micro-batch × accumulation steps × data-parallel size when ``train_batch_size`` is absent."""
-    out = fill_unset(given, cfg.options)
-    if out.get("global_batch_size") is None and cfg.gradient_accumulation_steps and out.get("num_gpus"):
+    stated = {k: v for k, v in cfg.options.items()
+              if not (k == "fp32" and any(given.get(p) for p in ("fp16", "bf16", "fp8")))}  # a precision flag wins
+    out = fill_unset(given, stated)
+    gas = cfg.gradient_accumulation_steps
+    if gas and out.get("num_gpus"):
         model_parallel = 1
         for axis in ("tp", "pp", "cp"):
             model_parallel *= int(out.get(axis) or 1)
-        dp = int(out["num_gpus"]) // model_parallel
-        mbs = int(out.get("micro_batch_size") or 1)
-        out["global_batch_size"] = mbs * cfg.gradient_accumulation_steps * dp
-        cfg.notes.append(f"global batch {out['global_batch_size']} = micro-batch {mbs} × "
-                         f"gradient_accumulation_steps {cfg.gradient_accumulation_steps} × dp {dp}")
+        dp = max(1, int(out["num_gpus"]) // model_parallel)
+        gbs, mbs = out.get("global_batch_size"), out.get("micro_batch_size")
+        if gbs is None:
+            mbs = int(mbs or 1)
+            out["global_batch_size"] = mbs * gas * dp
+            cfg.notes.append(f"global batch {out['global_batch_size']} = micro-batch {mbs} × "
+                             f"gradient_accumulation_steps {gas} × dp {dp}")
+        elif mbs is None:
+            if int(gbs) % (gas * dp):
+                raise TrainsimError(FIELD, f"train_batch_size {gbs} is not divisible by gradient_accumulation_steps "
+                                    f"{gas} × dp {dp}", "make train_batch_size = micro-batch × accumulation × dp")
+            out["micro_batch_size"] = int(gbs) // (gas * dp)
+            cfg.notes.append(f"micro-batch {out['micro_batch_size']} = train_batch_size {gbs} / "
+                             f"(gradient_accumulation_steps {gas} × dp {dp})")
+        elif int(gbs) != int(mbs) * gas * dp and (given.get("global_batch_size") is not None
+                                                   or given.get("micro_batch_size") is not None):
+            cfg.notes.append(f"gradient_accumulation_steps {gas} ignored: the flags set the batch (global {gbs}, "
+                             f"micro-batch {mbs} on dp {dp})")
+        elif int(gbs) != int(mbs) * gas * dp:
+            raise TrainsimError(FIELD, f"train_batch_size {gbs} is not train_micro_batch_size_per_gpu {mbs} × "
+                                f"gradient_accumulation_steps {gas} × dp {dp} = {int(mbs) * gas * dp} (DeepSpeed "
+                                "refuses it too)", "make the three consistent, or give --gbs / --mbs / -n to match")
     if out.get("framework") is None:
-        out["framework"] = "deepspeed"
+        # AutoTP training and Ulysses sequence parallelism came with DeepSpeed 0.16.4 / 0.17
+        parallel = any(int(cfg.options.get(axis) or 1) > 1 for axis in ("tp", "cp"))
+        out["framework"] = "deepspeed@0.17" if parallel else "deepspeed"
     return out
