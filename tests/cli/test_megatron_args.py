@@ -372,3 +372,36 @@ def test_cuda_graph_impl_is_the_cuda_graphs_switch(impl, graphs):
     a = parse_megatron_args(["--cuda-graph-impl", impl, "--cuda-graph-scope", "attn", "moe_router", "--bf16"])
     assert a.options["enable_cuda_graph"] is graphs and a.options.get("bf16") is True
     assert not a.unrecognised and any("--cuda-graph-scope" in n for n in a.notes)
+
+
+def test_pasted_command_lines_keep_megatron_semantics(capsys):
+    """Pasted on trainsim predict: --bf16 with --fp8-format is FP8 training (bf16 parameters), Megatron's spellings
+    of options trainsim also has go to the Megatron reader (--normalization rmsnorm, --attention-backend auto,
+    space-separated --recompute-modules), and real Megatron-Core flags are not rejected as typos."""
+    d = _predict([*BASE, "--bf16", "--fp8-format", "hybrid", "--normalization", "rmsnorm", "--attention-backend",
+                  "auto", "--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp",
+                  "--moe-router-dtype", "fp32", "--main-grads-dtype", "fp32", "--cross-entropy-fusion-impl", "te",
+                  "--overlap-p2p-communication", "--tp-comm-overlap-cfg", "ub.yaml", "--te-rng-tracker"], capsys)
+    assert d["job"]["precision"] == "fp8" and d["job"]["model"]["normalization"] == "RMSNorm"
+    assert not d["megatron_args"]["unrecognised"]
+    assert any("--moe-router-dtype" in n for n in d["megatron_args"]["notes"])
+
+
+def test_per_layer_expert_counts_are_a_clear_refusal_and_one_count_is_read():
+    with pytest.raises(TrainsimError, match="Pyramid-Residual"):
+        parse_megatron_args(["--num-experts", "4", "4", "8", "8"])
+    assert parse_megatron_args(["--num-experts", "8", "8"]).options["num_experts"] == 8
+
+
+@pytest.mark.parametrize(("flags", "vocab"), [
+    (["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "deepseek-ai/DeepSeek-V3"], 129280),
+    (["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "Qwen/Qwen2.5-7B"], 151936),
+    (["--vocab-size", "151643", "--extra-vocab-size", "293"], 151936),
+])
+def test_vocabulary_of_newer_tokenizers_and_extra_tokens(flags, vocab):
+    from trainsim.cli.megatron_args import tokenizer_vocab
+
+    a = parse_megatron_args(flags)
+    got = a.options.get("vocab_size") or tokenizer_vocab(a.training.get("_tokenizer_type"),
+                                                         a.training.get("_tokenizer_model"), False)
+    assert got == vocab

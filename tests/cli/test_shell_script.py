@@ -78,3 +78,30 @@ def test_scripts_that_run_another_script_are_refused_naming_it(tmp_path):
 ])
 def test_expansions(text, env, out):
     assert expand(text, env) == out
+
+
+def test_an_exit_in_an_undecided_branch_does_not_end_the_script(tmp_path):
+    """A usage check or debug switch the reader cannot decide (positional arguments, unset variables) is read, but
+    its exit does not stop the reading of the launch that follows."""
+    cmd = _read(tmp_path, 'if [ "$MODE" = "debug" ]; then\n  exit 0\nfi\n'
+                          'torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2\n')
+    assert cmd.args == ["--num-layers", "2"] and cmd.gpus == 8
+    with pytest.raises(TrainsimError, match="no Megatron command line"):  # a decided exit ends it, as in bash
+        _read(tmp_path, 'A=1\nif [ "$A" = "1" ]; then\n  exit 0\nfi\ntorchrun pretrain_gpt.py --num-layers 2\n')
+
+
+def test_double_bracket_logic_arithmetic_conditions_and_nested_arithmetic(tmp_path):
+    cmd = _read(tmp_path, 'TP=1\nPP=2\nW=16\nDP=$((W / (TP * PP)))\nOV=$(( ($TP > 1) ? 1 : 0 ))\n'
+                          'if [[ $TP == 1 && $PP == 2 ]]; then L=4; else L=8; fi\n'
+                          'if (( OV == 0 )); then X=--no-x; fi\n'
+                          'torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers $L --gbs $((DP * 2)) --ov $OV\n')
+    assert cmd.args[:6] == ["--num-layers", "4", "--gbs", "16", "--ov", "0"]
+
+
+def test_quoted_array_elements_srun_tasks_and_binding_wrappers(tmp_path):
+    cmd = _read(tmp_path, "A=(--pipeline-model-parallel-layout 'Et|tL' --moe-layer-freq \"([0]*1+[1]*1)\")\n"
+                          'srun -n 16 python pretrain_gpt.py "${A[@]}"\n')
+    assert cmd.args == ["--pipeline-model-parallel-layout", "Et|tL", "--moe-layer-freq", "([0]*1+[1]*1)"]
+    assert cmd.gpus == 16  # one srun task per GPU
+    cmd = _read(tmp_path, "torchrun --nproc_per_node 4 /opt/bindpcie /w/pretrain_gpt.py --num-layers 2\n")
+    assert cmd.args == ["--num-layers", "2"] and cmd.gpus == 4

@@ -171,6 +171,7 @@ TOKENIZER_VOCAB: tuple[tuple[str, int], ...] = (
     (r"^gpt2bpetokenizer$", 50257), (r"^llama2tokenizer$", 32000),
     (r"^bertwordpiecelowercase$", 30522), (r"^bertwordpiececase$", 28996),
     (r"llama[-_ ]?3", 128256), (r"llama[-_ ]?2", 32000), (r"(^|/)gpt2$", 50257),
+    (r"deepseek[-_ ]?v[23]|deepseek[-_ ]?r1", 129280), (r"qwen[-_ ]?(?:2|3)", 151936),
 )
 
 
@@ -247,6 +248,24 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),
     "--rampup-batch-size": (True, _note("--rampup-batch-size ignored: the prediction is for the full global batch")),
+    # Megatron-Core flags with an effect trainsim models otherwise or not at all: named in a note
+    "--moe-router-dtype": (True, _note("--moe-router-dtype: the router's precision is not modelled (a small GEMM)")),
+    "--moe-permute-fusion": (False, _note("--moe-permute-fusion: the token permutation is modelled as one fused "
+                                          "copy either way")),
+    "--moe-router-fusion": (False, _note("--moe-router-fusion: the router's elementwise kernels are not modelled "
+                                         "one by one")),
+    "--moe-use-legacy-grouped-gemm": (False, lambda a, v: a.options.__setitem__("moe_expert_launch", "cpp_loop")),
+    "--main-grads-dtype": (True, _note("--main-grads-dtype: gradients accumulate in the profile's dtype (fp32 for "
+                                       "Megatron-Core); bf16 main gradients are not modelled")),
+    "--overlap-p2p-communication": (False, lambda a, v: None),  # Megatron's default for interleaved schedules
+    "--tp-comm-overlap-cfg": (True, lambda a, v: None),  # userbuffer tuning of --tp-comm-overlap
+    "--reuse-grad-buf-for-mxfp8-param-ag": (False, _note("--reuse-grad-buf-for-mxfp8-param-ag: the MXFP8 parameter "
+                                                         "all-gather buffer is counted separately (memory "
+                                                         "overestimated by it)")),
+    "--moe-hybridep-num-sms": (True, lambda a, v: None),
+    "--first-k-dense-replace": (True, _set_int("moe_first_k_dense", "--first-k-dense-replace")),  # MindSpeed
+    "--extra-vocab-size": (True, lambda a, v: a.training.__setitem__("_extra_vocab",
+                                                                     _int_value("--extra-vocab-size", v))),
     "--cuda-graph-impl": (True, _cuda_graph_impl),
     "--cuda-graph-scope": (True, _note("--cuda-graph-scope: partial CUDA graphs are modelled as graphs of whole "
                                        "layers (the host time of the operators outside the scope is not counted)")),
@@ -285,6 +304,11 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--tokenizer-model": (True, _tokenizer("_tokenizer_model")),
     "--merge-file": (True, _tokenizer("_merge_file")),
 }
+
+#: trainsim options whose Megatron spelling the command line's own parser would refuse (aliased values, a pattern,
+#: several values): on ``trainsim predict`` they go to the Megatron parser, as in a script.
+CLI_MEGATRON_SPELLED = frozenset({"--attention-backend", "--normalization", "--position-embedding-type",
+                                  "--moe-layer-freq", "--recompute-modules", "--num-experts"})
 
 #: Values Megatron accepts that trainsim spells otherwise: flag → {value (lower case): trainsim's value, or None for
 #: "the profile's default" (named in a note)}.
@@ -375,6 +399,10 @@ IGNORED_FLAGS = frozenset({
     "--optimizer", "--no-query-key-layer-scaling", "--attention-dropout-in-fp32",
     "--no-pipeline-parallel", "--moe-router-score-function", "--moe-router-topk-scaling-factor",
     "--moe-token-drop-policy", "--mscale", "--mscale-all-dim", "--no-persist-layer-norm", "--rotary-scaling-factor",
+    "--eod-mask-loss", "--override-lr-scheduler", "--rotary-position-embeddings-theta", "--auto-detect-ckpt-format",
+    "--no-check-for-nan-in-loss-and-grad", "--mtp-loss-scaling-factor", "--moe-router-bias-update-rate", "--dataset",
+    "--train-mode", "--max-padding-length", "--te-rng-tracker", "--use-precision-aware-optimizer",
+    "--cross-entropy-fusion-impl", "--moe-router-force-load-balancing",
 })
 IGNORED_PREFIXES = ("--lr", "--log-", "--log", "--wandb-", "--tensorboard", "--eval-", "--save", "--load",
                     "--train-weighted-split", "--valid-weighted-split", "--test-weighted-split",
@@ -447,6 +475,15 @@ def parse_megatron_args(tokens: list[str]) -> MegatronArgs:
         if flag == "--moe-token-dispatcher-type":  # Megatron's allgather (its default) has no field value
             _dispatcher(out, value(True, flag, inline))
             continue
+        if flag in ("--num-experts", "--moe-num-experts"):  # Megatron-DeepSpeed PR-MoE: one count per expert layer
+            counts = {_int_value(flag, v) for v in ([inline] if inline is not None else rest(inline))}
+            if len(counts) > 1:
+                raise TrainsimError(flag, f"gives different expert counts per layer ({sorted(counts)}: "
+                                    "Pyramid-Residual MoE), which trainsim does not model",
+                                    "give one expert count for every MoE layer")
+            if counts:
+                out.options["num_experts"] = counts.pop()
+            continue
         if flag == "--moe-layer-freq":
             _moe_layer_freq(out, value(True, flag, inline))
             continue
@@ -497,6 +534,11 @@ def _resolve(a: MegatronArgs) -> None:
         a.options.pop("num_query_groups")
     if a.options.get("fp8") and a.options.get("bf16"):
         a.options["bf16"] = False
+    extra_vocab = a.training.pop("_extra_vocab", 0)
+    if extra_vocab and a.options.get("vocab_size"):  # Pai-Megatron-Patch / ROCm forks: tokens added to the vocab
+        a.options["vocab_size"] = int(a.options["vocab_size"]) + extra_vocab
+    elif extra_vocab:
+        a.notes.append(f"--extra-vocab-size {extra_vocab}: added to no stated --vocab-size (give it)")
     if a.training.pop("_no_position_embedding", False) and "position_embedding_type" not in a.options:
         a.options["position_embedding_type"] = "none"
     no_drop = a.training.pop("_no_token_dropping", False)
@@ -541,6 +583,9 @@ def merge_into_options(given: dict[str, Any], a: MegatronArgs, gpus: int | None 
     """Job options from the script, overridden by the flags given to trainsim (``None``/``False``: not given)."""
     from trainsim.cli.job_options import fill_unset
 
+    given = dict(given)
+    if a.options.get("fp8") and given.get("bf16"):
+        given["bf16"] = False  # Megatron's --bf16 with --fp8-format: FP8 training with bf16 parameters
     out = fill_unset(given, a.options)
     if a.recompute_method == "uniform" and out.get("recompute_num_layers") is not None:
         a.notes.append("--recompute-method uniform recomputes every layer (in groups of --recompute-num-layers)")

@@ -39,7 +39,7 @@ class PredictCommand(JobCommand):
         ...) to ``ctx.meta[MEGATRON_META]`` for :mod:`trainsim.cli.megatron_args`: command lines paste as they are."""
         import difflib
 
-        from trainsim.cli.megatron_args import EXTRA_FLAGS, is_ignored
+        from trainsim.cli.megatron_args import CLI_MEGATRON_SPELLED, EXTRA_FLAGS, is_ignored
 
         known = {name for param in self.get_params(ctx) for name in (*param.opts, *param.secondary_opts)}
         known |= set(ctx.help_option_names)  # `trainsim predict --help` is help, not a Megatron flag
@@ -50,9 +50,10 @@ class PredictCommand(JobCommand):
             arg = args[i]
             i += 1
             name = arg.split("=", 1)[0]
-            megatron = name in EXTRA_FLAGS or is_ignored(name)
+            megatron = name in EXTRA_FLAGS or is_ignored(name) or name in CLI_MEGATRON_SPELLED
             typo = not megatron and difflib.get_close_matches(name, known, n=1, cutoff=0.85)
-            if not arg.startswith("--") or name in known or arg == "--" or typo:
+            if not arg.startswith("--") or (name in known and name not in CLI_MEGATRON_SPELLED) or arg == "--" \
+                    or typo:
                 kept.append(arg)  # a typo of one of our options: click names it with a suggestion
                 continue
             extra.append(arg)

@@ -176,9 +176,18 @@ _OPS: dict[type, Callable[[int, int], int]] = {ast.Add: operator.add, ast.Sub: o
                                                ast.Mod: operator.mod, ast.Pow: operator.pow}
 
 
+_COMPARE: dict[type, Callable[[int, int], bool]] = {ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Lt: operator.lt,
+                                                    ast.LtE: operator.le, ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_TERNARY = re.compile(r"^(?P<cond>[^?]+)\?(?P<yes>[^:]+):(?P<no>.+)$")
+
+
 def arith(expr: str, env: dict[str, str]) -> str | None:
-    """Integer shell arithmetic over numbers and variables; ``None`` when it cannot be evaluated."""
+    """Integer shell arithmetic over numbers and variables (``+ - * / % **``, comparisons, ``&& || !`` and
+    ``c ? a : b`` as bash evaluates them); ``None`` when it cannot be evaluated."""
     text = re.sub(r"\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), expr)
+    text = re.sub(r"!(?!=)", " not ", text.replace("&&", " and ").replace("||", " or "))
+    if (t := _TERNARY.match(text.strip())) is not None:
+        text = f"({t['yes']}) if ({t['cond']}) else ({t['no']})"
 
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
@@ -189,6 +198,15 @@ def arith(expr: str, env: dict[str, str]) -> str | None:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return int(not ev(node.operand))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+            return int(_COMPARE[type(node.ops[0])](ev(node.left), ev(node.comparators[0])))
+        if isinstance(node, ast.BoolOp):
+            values = [ev(v) for v in node.values]
+            return int(all(values) if isinstance(node.op, ast.And) else any(values))
+        if isinstance(node, ast.IfExp):
+            return ev(node.body) if ev(node.test) else ev(node.orelse)
         raise ValueError(expr)
 
     try:
@@ -208,6 +226,20 @@ def _skip_quoted(text: str, i: int, quotes: str = "'\"") -> int | None:
     while j < len(text) and text[j] != c:
         j += 2 if c != "'" and text[j] == "\\" else 1
     return j + 1
+
+
+def _arith_end(text: str, start: int) -> int:
+    """Index of the ``))`` closing ``$((`` opened just before ``start``, single parentheses inside counted
+    (``$((a / (b*c)))``); -1 when unclosed."""
+    depth = 2
+    for i in range(start, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i - 1
+    return -1
 
 
 def _matching(text: str, start: int, open_: str, close: str) -> int:
@@ -284,7 +316,7 @@ def expand(text: str, env: dict[str, str]) -> str:
             continue
         nxt = text[i + 1]
         if text.startswith("$((", i):
-            end = _matching(text, i + 3, "((", "))")
+            end = _arith_end(text, i + 3)
             if end < 0:
                 out.append(text[i:])
                 break
@@ -406,10 +438,13 @@ def _glob(pattern: str) -> str:
 def _condition(words: list[str]) -> bool | None:
     """An ``if`` condition: tests (``[ ]``, ``[[ ]]``, ``test``, ``true``, ``false``) joined by ``&&`` / ``||``
     (left to right, as bash does), each possibly negated by ``!``; ``None`` when a part cannot be decided."""
+    if len(words) >= 2 and words[0] == "((" and words[-1] == "))":  # (( arithmetic )): true when non-zero
+        value = arith(" ".join(words[1:-1]), {})
+        return None if value is None else value != "0"
     result: bool | None = None
     op: str | None = None
     part: list[str] = []
-    for w in [*words, "||END"]:
+    for w in [*_split_double_brackets(words), "||END"]:
         if w not in ("&&", "||", "||END"):
             part.append(w)
             continue
@@ -422,6 +457,22 @@ def _condition(words: list[str]) -> bool | None:
             result = True if (result or value) else (None if None in (result, value) else False)
         op, part = w, []
     return result
+
+
+def _split_double_brackets(words: list[str]) -> list[str]:
+    """``[[ a && b ]]`` as ``[[ a ]] && [[ b ]]`` (and ``||``): the tests joined inside one bracket pair."""
+    out: list[str] = []
+    inside = False
+    for w in words:
+        if w == "[[":
+            inside = True
+        elif w == "]]":
+            inside = False
+        if inside and w in ("&&", "||"):
+            out += ["]]", w, "[["]
+            continue
+        out.append(w)
+    return out
 
 
 def _one_condition(words: list[str]) -> bool | None:
@@ -551,6 +602,10 @@ def _is_launcher(word: str) -> bool:
     return base in LAUNCHERS or _PYTHON.match(base) is not None
 
 
+#: Programs that run their argument as the command (CPU/NUMA binding, profiling).
+WRAPPERS = frozenset({"bindpcie", "numactl", "taskset", "nsys", "ncu", "chrt", "nice", "stdbuf"})
+
+
 def _launch(words: list[str]) -> int | None:
     """Index of the entry point when ``words`` launch training, else ``None``."""
     k = 0
@@ -561,7 +616,11 @@ def _launch(words: list[str]) -> int | None:
     if ENTRY.search(words[k]):
         return k
     if not _is_launcher(words[k]):
-        return None
+        # a wrapper program that execs its argument (NVIDIA's bindpcie, numactl-style binders, profilers): the entry
+        # point right after it
+        wrapper = words[k].rsplit("/", 1)[-1] in WRAPPERS or (words[k].startswith(("/", "./", "$")) and
+                                                              not words[k].endswith(".sh"))
+        return k + 1 if wrapper and k + 1 < len(words) and ENTRY.search(words[k + 1]) else None
     return next((j for j in range(k + 1, len(words)) if ENTRY.search(words[j])), None)
 
 
@@ -581,7 +640,8 @@ def launcher_gpus(launcher: list[str]) -> int | None:
     try:
         if "per_node" in values:
             return int(values["per_node"]) * int(values.get("nodes", "1").split(":")[-1])
-        if "tasks" in values and not any(_PYTHON.match(t.rsplit("/", 1)[-1]) or t == "torchrun"
+        # srun / mpirun tasks are the GPUs unless they start torchrun, which starts the processes itself
+        if "tasks" in values and not any(t.rsplit("/", 1)[-1] == "torchrun" or t.startswith("torch.distributed.")
                                          for t in launcher[1:]):
             return int(values["tasks"])
     except ValueError:
@@ -602,6 +662,7 @@ def read_script(path: str | Path) -> LaunchCommand:
     notes: list[str] = []
     loose: list[str] = []
     stack: list[tuple[bool, bool]] = []  # open if blocks: (this branch is read, a branch was taken)
+    assumed: list[int] = []  # depths of open if blocks read on a condition that could not be decided
     skip_depth = 0  # inside a function body or a case block
     for raw in statements:
         s = raw
@@ -619,7 +680,8 @@ def read_script(path: str | Path) -> LaunchCommand:
             s = s[len(first):].strip()
             first = _first(s)
         if first in ("if", "elif"):
-            stack_if(stack, first, s[len(first):], env, origin, notes)
+            if stack_if(stack, first, s[len(first):], env, origin, notes):
+                assumed.append(len(stack))
             continue
         if first == "else":
             if stack:
@@ -628,11 +690,14 @@ def read_script(path: str | Path) -> LaunchCommand:
             first = _first(s)
         if first in ("", "fi", "done", "esac", ";;", "}", "{", "for", "while", "until", "select"):
             if first == "fi" and stack:
+                assumed[:] = [d for d in assumed if d < len(stack)]
                 stack.pop()
             continue  # a loop's body is read once, as straight-line code
         if not all(a for a, _ in stack):
             continue
         if first == "exit":
+            if assumed:  # in a branch whose condition could not be decided (a usage check, a debug mode)
+                continue
             break
         body = s
         while _first(body) in _DECLARE:
@@ -679,18 +744,20 @@ def _first(statement: str) -> str:
 
 
 def stack_if(stack: list[tuple[bool, bool]], keyword: str, condition: str, env: dict[str, str], origin: str,
-             notes: list[str]) -> None:
-    """Open an ``if`` block or move to its ``elif`` branch: the branch is read when bash would take it."""
+             notes: list[str]) -> bool:
+    """Open an ``if`` block or move to its ``elif`` branch: the branch is read when bash would take it. True when
+    the condition could not be decided (the branch is read, but an ``exit`` in it does not end the script)."""
     if keyword == "elif" and not stack:
-        return
+        return False
     outer = all(a for a, _ in (stack[:-1] if keyword == "elif" else stack))
     if not outer or (keyword == "elif" and stack[-1][1]):
         if keyword == "if":
             stack.append((False, True))
         else:
             stack[-1] = (False, True)
-        return
+        return False
     decided = _condition(_words(condition, env, origin))
+    undecided = decided is None
     if decided is None:
         notes.append(f"launch script: condition '{condition.strip()[:60]}' not evaluated: that branch was read")
         decided = True
@@ -698,6 +765,7 @@ def stack_if(stack: list[tuple[bool, bool]], keyword: str, condition: str, env: 
         stack.append((decided, decided))
     else:
         stack[-1] = (decided, decided)
+    return undecided
 
 
 def _launcher_name(launcher: list[str]) -> str | None:
@@ -719,5 +787,11 @@ def _split_flags(tokens: list[str]) -> list[str]:
     hybrid"``), as Megatron's argparse would see them."""
     out: list[str] = []
     for t in tokens:
-        out += t.split() if t.startswith("--") and any(c.isspace() for c in t) else [t]
+        if t.startswith("--") and any(c.isspace() for c in t):
+            try:  # an array element keeps its own quoting ("${ARGS[@]}" of ('--layout' 'Et|t')): bash's words
+                out += shlex.split(t)
+            except ValueError:
+                out += t.split()
+        else:
+            out.append(t)
     return out
