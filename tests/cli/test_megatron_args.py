@@ -405,3 +405,22 @@ def test_vocabulary_of_newer_tokenizers_and_extra_tokens(flags, vocab):
     got = a.options.get("vocab_size") or tokenizer_vocab(a.training.get("_tokenizer_type"),
                                                          a.training.get("_tokenizer_model"), False)
     assert got == vocab
+
+
+def test_a_flag_given_to_trainsim_replaces_an_unreadable_script_value(tmp_path, capsys):
+    """The fix the error names works: --num-layers given to trainsim wins over the script's undefined $NL; a
+    state-space entry point is refused before its flags are read; a DeepSpeed config the script neither writes nor
+    ships is named in a note, not ignored silently."""
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers $NL --hidden-size 1024 "
+                      "--num-attention-heads 8 --seq-length 1024 --global-batch-size 8 --vocab-size 32000 "
+                      "--deepspeed_config ds_missing.json\n")
+    code, out, err = run(["predict", "--megatron-args", str(script), "--num-layers", "4", "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["job"]["model"]["num_layers"] == 4
+    assert any("ds_missing.json: not found" in n for n in d["megatron_args"]["notes"])
+    mamba = tmp_path / "mamba.sh"
+    mamba.write_text("torchrun pretrain_mamba.py --tensor-model-parallel-size ${TP}\n")
+    code, _, err = run(["predict", "--megatron-args", str(mamba)], capsys)
+    check_one_line_error(code, err, "pretrain_mamba.py")

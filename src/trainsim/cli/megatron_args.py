@@ -630,6 +630,33 @@ ENTRY_POINTS: dict[str, str | None] = {
 PRECISION_OPTIONS = ("fp16", "bf16", "fp8", "fp32")
 
 
+def check_entry_point(entry: str | None) -> None:
+    """Refuse a launch script whose entry point trains a model trainsim does not model, before its flags are read."""
+    if entry is not None and entry in ENTRY_POINTS and ENTRY_POINTS[entry] is None:
+        raise TrainsimError("megatron_args", f"{entry} trains a model trainsim does not model (encoder-decoder, "
+                            "retrieval, state-space or vision)", "predict a decoder-only language model")
+
+
+def drop_given(tokens: list[str], given: dict[str, Any]) -> list[str]:
+    """A script's arguments without the flags whose job option the command line gives (the flag and its values):
+    flags given to trainsim win, even over a script value that could not be read (an undefined variable)."""
+    flags = _job_flags()
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        name = token.split("=", 1)[0]
+        opt = flags.get(name) if _is_flag(token) else None
+        if opt is not None and given.get(opt.name) not in (None, False):
+            i += 1
+            while "=" not in token and i < len(tokens) and not _is_flag(tokens[i]):
+                i += 1  # its values
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def apply_entry_point(a: MegatronArgs, entry: str | None) -> None:
     """What a launch script's entry point and its full command line imply: the model kind of ``pretrain_bert.py``
     (other non-GPT entry points are refused), fp32 training when no precision flag is given (Megatron's
@@ -637,11 +664,9 @@ def apply_entry_point(a: MegatronArgs, entry: str | None) -> None:
     (SequentialMLP) when a mixture of experts runs without ``--moe-grouped-gemm``."""
     if entry is None:
         return
+    check_entry_point(entry)
     if entry in ENTRY_POINTS:
         what = ENTRY_POINTS[entry]
-        if what is None:
-            raise TrainsimError("megatron_args", f"{entry} trains a model trainsim does not model (encoder-decoder, "
-                                "retrieval, state-space or vision)", "predict a decoder-only language model")
         a.notes.append(f"{entry}: {what}")
         if entry == "pretrain_bert.py":
             a.options["bidirectional"] = True

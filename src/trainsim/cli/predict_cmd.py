@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -151,11 +152,18 @@ def predict_command(
     megatron = None
     inline = ctx.meta.get(MEGATRON_META) or []
     if megatron_args is not None or inline:
-        from trainsim.cli.megatron_args import apply_entry_point, merge_into_options, parse_megatron_args
+        from trainsim.cli.megatron_args import (
+            apply_entry_point,
+            check_entry_point,
+            drop_given,
+            merge_into_options,
+            parse_megatron_args,
+        )
         from trainsim.cli.shell_script import LaunchCommand, gpu_note, read_script
 
         script = read_script(megatron_args) if megatron_args is not None else LaunchCommand([], None)
-        megatron = parse_megatron_args([*script.args, *inline])
+        check_entry_point(script.entry)
+        megatron = parse_megatron_args([*drop_given(script.args, job_options), *inline])
         apply_entry_point(megatron, script.entry)
         megatron.notes[:0] = script.notes
         if script.entry is not None and script.gpus is None and job_options.get("num_gpus") is not None:
@@ -169,6 +177,15 @@ def predict_command(
         ds_config = read_deepspeed_config(deepspeed_config)
     elif megatron is not None and (written := script_ds_config(megatron, script)) is not None:
         ds_config = parse_deepspeed_text(*written)
+    elif megatron is not None and megatron.deepspeed_config is not None:
+        named = Path(megatron.deepspeed_config)
+        beside = Path(megatron_args).parent / named if megatron_args is not None else named
+        found = next((p for p in (named, beside) if p.is_file()), None)
+        if found is not None:
+            ds_config = read_deepspeed_config(str(found))
+        else:
+            megatron.notes.append(f"--deepspeed_config {named}: not found and not written by the script, so its ZeRO "
+                                  "stage, precision and batch are not read (give --deepspeed-config FILE)")
     if ds_config is not None:
         if megatron is not None and job_options.get("framework") is None:
             job_options = {**job_options, "framework": "megatron-deepspeed"}  # a Megatron script with a DS config
