@@ -190,7 +190,15 @@ def predict_command(
         if megatron is not None and job_options.get("framework") is None:
             job_options = {**job_options, "framework": "megatron-deepspeed"}  # a Megatron script with a DS config
         job_options = merge_deepspeed_into_options(job_options, ds_config)
-    job = job_from_options(job_options)
+    try:
+        job = job_from_options(job_options)
+    except TrainsimError as exc:
+        unstated = megatron is not None and any("give -n GPUS" in n for n in megatron.notes)
+        if not unstated:
+            raise
+        # the GPU count defaulted to one model replica because the script does not state it: say so in the error
+        raise TrainsimError(exc.field, exc.message, f"{exc.hint + '; ' if exc.hint else ''}the launch script does "
+                            "not state its GPU count: give -n GPUS") from None
     if megatron is not None:
         from trainsim.cli.megatron_args import apply_to_job
 
