@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
 
@@ -452,7 +453,7 @@ def _pick(key: str, cell: Any, stated: dict[str, Any], default: Any, assumed: li
 
 
 def _sequence_parallel_if_needed(job: Job, tr_notes: list[str], par_notes: list[str],
-                                 fit_with: Any) -> tuple[Job, list[str], list[str]]:
+                                 fit_with: Callable[..., tuple[Job, list[str]]]) -> tuple[Job, list[str], list[str]]:
     """An unstated sequence parallelism with TP: the stack's default (off) unless the job does not fit in memory
     even with the other unstated choices made; then on (Megatron's ``--sequence-parallel``, which costs no extra
     communication: the run ran, so it fit), where the stack offers it and it makes the job fit."""
