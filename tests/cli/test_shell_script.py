@@ -105,3 +105,14 @@ def test_quoted_array_elements_srun_tasks_and_binding_wrappers(tmp_path):
     assert cmd.gpus == 16  # one srun task per GPU
     cmd = _read(tmp_path, "torchrun --nproc_per_node 4 /opt/bindpcie /w/pretrain_gpt.py --num-layers 2\n")
     assert cmd.args == ["--num-layers", "2"] and cmd.gpus == 4
+
+
+def test_case_blocks_read_the_arm_bash_takes(tmp_path):
+    """case MODEL in 7B) ...;; 13B|14B) ...;; *) ...;; esac: the first matching arm is read, the others skipped; an
+    unexpanded subject reads only the * arm, with a note."""
+    body = ('case $SIZE in\n  7B)\n    L=32\n    ;;\n  13B|14B) L=40; H=5120 ;;\n  *) L=2 ;;\nesac\n'
+            'torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers $L\n')
+    assert _read(tmp_path, "SIZE=7B\n" + body).args == ["--num-layers", "32"]
+    assert _read(tmp_path, "SIZE=14B\n" + body).args == ["--num-layers", "40"]
+    cmd = _read(tmp_path, body)
+    assert cmd.args == ["--num-layers", "2"] and any("case subject" in n for n in cmd.notes)

@@ -14,18 +14,23 @@ conditionals, and hand it to ``torchrun``, ``python -m torch.distributed.run``, 
   ``${VAR:=word}``, ``${VAR:+word}``, ``$((arithmetic))``, ``$(pwd)`` / backquotes; ``#SBATCH --nodes`` / ``-N``,
   ``--ntasks-per-node`` and ``--gres=gpu:N`` give ``$SLURM_NNODES`` and friends;
 - ``if`` / ``elif`` / ``else`` / ``fi`` with ``[ ]`` / ``[[ ]]`` tests on strings and integers (``=``, ``==``,
-  ``!=``, ``-eq`` ..., ``-z``, ``-n``, ``!``, ``&&``, ``||``) take the branch bash would take; a file test
-  (``-f``, ``-d``, ``-e``) is taken as true (the script's files are where it expects them); any other condition
-  takes its first branch, with a note; ``exit`` ends the script; function bodies and ``case`` blocks are skipped;
+  ``!=``, ``-eq`` ..., ``-z``, ``-n``, ``!``, ``&&``, ``||``, also inside one ``[[ ]]``) and ``(( arithmetic ))``
+  take the branch bash would take; a file test (``-f``, ``-d``, ``-e``) is taken as true (the script's files are
+  where it expects them); any other condition takes its first branch, with a note; ``exit`` ends the script,
+  except inside a branch whose condition could not be decided (a usage check on positional arguments); ``case``
+  blocks read the arm bash takes (an unexpanded subject: its ``*`` arm); function bodies are skipped;
+- ``$((...))`` evaluates integers with nested parentheses, comparisons, ``&&`` / ``||`` / ``!`` and ``c ? a : b``;
 - the launch is the first command whose program is a launcher (``torchrun``, ``python``, ``deepspeed``, ``srun``,
-  ``mpirun``, ``bash -c``, ``eval`` ...) and which names a training entry point (``pretrain_gpt.py`` ...);
-  redirections and pipes after it are dropped. ``--nproc-per-node`` × ``--nnodes`` (torchrun), ``--num_gpus`` ×
-  ``--num_nodes`` (deepspeed) or ``--ntasks`` (srun) give the GPU count.
+  ``mpirun``, ``bash -c``, ``eval`` ...) and which names a training entry point (``pretrain_gpt.py`` ...), also
+  after a wrapper that runs its argument (``bindpcie``, ``numactl``); redirections and pipes after it are dropped.
+  ``--nproc-per-node`` × ``--nnodes`` (torchrun), ``--num_gpus`` × ``--num_nodes`` (deepspeed) or ``--ntasks`` /
+  ``-n`` / ``-np`` (srun, mpirun; not when they start torchrun) give the GPU count.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import operator
 import re
 import shlex
@@ -663,7 +668,8 @@ def read_script(path: str | Path) -> LaunchCommand:
     loose: list[str] = []
     stack: list[tuple[bool, bool]] = []  # open if blocks: (this branch is read, a branch was taken)
     assumed: list[int] = []  # depths of open if blocks read on a condition that could not be decided
-    skip_depth = 0  # inside a function body or a case block
+    skip_depth = 0  # inside a function body (or a case block inside one)
+    cases: list[_Case] = []  # open case blocks, innermost last
     for raw in statements:
         s = raw
         first = _first(s)
@@ -673,8 +679,22 @@ def read_script(path: str | Path) -> LaunchCommand:
             elif first == "case" or _FUNCTION.match(s):
                 skip_depth += 1
             continue
-        if first == "case" or _FUNCTION.match(s):
-            skip_depth = 1  # function bodies and case blocks are not read
+        if _FUNCTION.match(s):
+            skip_depth = 1  # function bodies are not read
+            continue
+        if cases:
+            step = cases[-1].step(s, first)
+            if step is None:
+                if first == "esac":
+                    cases.pop()
+                continue
+            s, first = step, _first(step)
+        if first == "case" and all(a for a, _ in stack):
+            words = _words(s, env, origin)
+            subject = words[1] if len(words) > 2 else ""
+            if "$" in subject:
+                notes.append(f"launch script: case subject '{subject}' not evaluated: only its * arm was read")
+            cases.append(_Case(subject))
             continue
         if first in ("then", "do"):
             s = s[len(first):].strip()
@@ -736,6 +756,38 @@ def read_script(path: str | Path) -> LaunchCommand:
 
 
 _FUNCTION = re.compile(r"^(function\s+\w+|\w+\s*\(\s*\))\s*\{?\s*$")
+
+
+@dataclass
+class _Case:
+    """An open ``case WORD in ... esac`` block: the arm whose pattern matches ``subject`` is read (the first one, as
+    bash does; an unexpanded subject matches only ``*``), the others skipped."""
+
+    subject: str
+    matched: bool = False  # an arm was taken
+    active: bool = False  # inside the taken arm
+    pending: list[str] = field(default_factory=list)  # patterns of the arm being opened, split at '|'
+
+    def step(self, statement: str, first: str) -> str | None:
+        """The statement to read (the part after an arm's ``)``), or ``None`` to skip it."""
+        text = statement.strip()
+        if text == ";;" or first == "esac":
+            self.active = False
+            return None
+        if self.active:
+            return statement
+        if ")" not in text:  # an alternative of the next arm's patterns ('a|b)' arrives as 'a', 'b) ...')
+            self.pending.append(text)
+            return None
+        head, rest = text.split(")", 1)
+        patterns = [p.strip().strip("\"'").lstrip("(") for p in (*self.pending, head)]
+        self.pending = []
+        unknown = "$" in self.subject
+        hit = any(p == "*" if unknown else fnmatch.fnmatchcase(self.subject, p) for p in patterns)
+        if hit and not self.matched:
+            self.matched = self.active = True
+            return rest.strip().rstrip(";").strip() or None
+        return None
 
 
 def _first(statement: str) -> str:
