@@ -151,6 +151,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "num_microbatches": job.num_microbatches,
         "seq_length": job.seq_length,
         "recompute_granularity": tr.recompute_granularity,
+        "recompute_modules": list(tr.recompute_modules),  # Megatron-Core's fine-grained (per-module) recomputation
+        "recompute_num_layers": tr.recompute_num_layers,
         "zero_stage": tr.zero_stage,
         "overlap_grad_reduce": tr.overlap_grad_reduce,
         "overlap_param_gather": tr.overlap_param_gather,

@@ -424,3 +424,9 @@ def test_a_flag_given_to_trainsim_replaces_an_unreadable_script_value(tmp_path, 
     mamba.write_text("torchrun pretrain_mamba.py --tensor-model-parallel-size ${TP}\n")
     code, _, err = run(["predict", "--megatron-args", str(mamba)], capsys)
     check_one_line_error(code, err, "pretrain_mamba.py")
+
+
+def test_the_job_echo_names_the_recomputed_modules(capsys):
+    d = _predict([*BASE, "--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"], capsys)
+    # core_attn is Megatron's selective recomputation itself (the granularity); the modules list keeps the others
+    assert d["job"]["recompute_granularity"] == "selective" and d["job"]["recompute_modules"] == ["mlp"]
