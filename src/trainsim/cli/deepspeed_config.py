@@ -203,14 +203,14 @@ def merge_deepspeed_into_options(given: dict[str, Any], cfg: DeepSpeedConfig) ->
             out["micro_batch_size"] = int(gbs) // (gas * dp)
             cfg.notes.append(f"micro-batch {out['micro_batch_size']} = train_batch_size {gbs} / "
                              f"(gradient_accumulation_steps {gas} × dp {dp})")
-        elif int(gbs) != int(mbs) * gas * dp and (given.get("global_batch_size") is not None
-                                                   or given.get("micro_batch_size") is not None):
-            cfg.notes.append(f"gradient_accumulation_steps {gas} ignored: the flags set the batch (global {gbs}, "
-                             f"micro-batch {mbs} on dp {dp})")
         elif int(gbs) != int(mbs) * gas * dp:
-            raise TrainsimError(FIELD, f"train_batch_size {gbs} is not train_micro_batch_size_per_gpu {mbs} × "
-                                f"gradient_accumulation_steps {gas} × dp {dp} = {int(mbs) * gas * dp} (DeepSpeed "
-                                "refuses it too)", "make the three consistent, or give --gbs / --mbs / -n to match")
+            if given.get("global_batch_size") is not None or given.get("micro_batch_size") is not None:
+                cfg.notes.append(f"gradient_accumulation_steps {gas} ignored: the flags set the batch (global {gbs}, "
+                                 f"micro-batch {mbs} on dp {dp})")
+            else:
+                raise TrainsimError(FIELD, f"train_batch_size {gbs} is not train_micro_batch_size_per_gpu {mbs} × "
+                                    f"gradient_accumulation_steps {gas} × dp {dp} = {int(mbs) * gas * dp} (DeepSpeed "
+                                    "refuses it too)", "make the three consistent, or give --gbs / --mbs / -n to match")
     if out.get("framework") is None:
         # AutoTP training and Ulysses sequence parallelism came with DeepSpeed 0.16.4 / 0.17
         parallel = any(int(cfg.options.get(axis) or 1) > 1 for axis in ("tp", "cp"))

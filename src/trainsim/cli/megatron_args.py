@@ -225,6 +225,17 @@ def _dispatcher(a: MegatronArgs, v: str | None) -> None:
                        "expert-parallel group")
 
 
+def _grouped_gemm(a: MegatronArgs, v: str | None) -> None:
+    """``--moe-grouped-gemm`` (and its legacy kernel): the local experts in grouped GEMMs launched from C++."""
+    a.options["moe_expert_launch"] = "cpp_loop"
+
+
+def _fp8_over_bf16(options: dict[str, Any]) -> None:
+    """Megatron's ``--bf16`` with ``--fp8-format`` is FP8 training with bf16 parameters: the precision is fp8."""
+    if options.get("fp8") and options.get("bf16"):
+        options["bf16"] = False
+
+
 def _cuda_graph_impl(a: MegatronArgs, v: str | None) -> None:
     """``--cuda-graph-impl local|transformer_engine`` (Megatron-Core's successor of ``--enable-cuda-graph`` /
     ``--external-cuda-graph``) captures CUDA graphs; ``none`` does not."""
@@ -254,7 +265,7 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
                                           "copy either way")),
     "--moe-router-fusion": (False, _note("--moe-router-fusion: the router's elementwise kernels are not modelled "
                                          "one by one")),
-    "--moe-use-legacy-grouped-gemm": (False, lambda a, v: a.options.__setitem__("moe_expert_launch", "cpp_loop")),
+    "--moe-use-legacy-grouped-gemm": (False, _grouped_gemm),
     "--main-grads-dtype": (True, _note("--main-grads-dtype: gradients accumulate in the profile's dtype (fp32 for "
                                        "Megatron-Core); bf16 main gradients are not modelled")),
     "--overlap-p2p-communication": (False, lambda a, v: None),  # Megatron's default for interleaved schedules
@@ -269,7 +280,7 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--cuda-graph-impl": (True, _cuda_graph_impl),
     "--cuda-graph-scope": (True, _note("--cuda-graph-scope: partial CUDA graphs are modelled as graphs of whole "
                                        "layers (the host time of the operators outside the scope is not counted)")),
-    "--moe-grouped-gemm": (False, lambda a, v: a.options.__setitem__("moe_expert_launch", "cpp_loop")),
+    "--moe-grouped-gemm": (False, _grouped_gemm),
     "--use-torch-fsdp2": (False, _fsdp),
     "--use-custom-fsdp": (False, _fsdp),
     "--use-megatron-fsdp": (False, _fsdp),
@@ -532,8 +543,7 @@ def _resolve(a: MegatronArgs) -> None:
         a.notes.append("--num-query-groups without --group-query-attention is ignored by Megatron: multi-head "
                        "attention modelled")
         a.options.pop("num_query_groups")
-    if a.options.get("fp8") and a.options.get("bf16"):
-        a.options["bf16"] = False
+    _fp8_over_bf16(a.options)
     extra_vocab = a.training.pop("_extra_vocab", 0)
     if extra_vocab and a.options.get("vocab_size"):  # Pai-Megatron-Patch / ROCm forks: tokens added to the vocab
         a.options["vocab_size"] = int(a.options["vocab_size"]) + extra_vocab
@@ -583,9 +593,8 @@ def merge_into_options(given: dict[str, Any], a: MegatronArgs, gpus: int | None 
     """Job options from the script, overridden by the flags given to trainsim (``None``/``False``: not given)."""
     from trainsim.cli.job_options import fill_unset
 
-    given = dict(given)
-    if a.options.get("fp8") and given.get("bf16"):
-        given["bf16"] = False  # Megatron's --bf16 with --fp8-format: FP8 training with bf16 parameters
+    if a.options.get("fp8") and given.get("bf16"):  # --bf16 given to trainsim beside a pasted --fp8-format: the
+        given = {**given, "bf16": False}           # Megatron rule (_fp8_over_bf16), not "a given precision wins"
     out = fill_unset(given, a.options)
     if a.recompute_method == "uniform" and out.get("recompute_num_layers") is not None:
         a.notes.append("--recompute-method uniform recomputes every layer (in groups of --recompute-num-layers)")

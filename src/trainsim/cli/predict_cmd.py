@@ -193,7 +193,7 @@ def predict_command(
     try:
         job = job_from_options(job_options)
     except TrainsimError as exc:
-        unstated = megatron is not None and any("give -n GPUS" in n for n in megatron.notes)
+        unstated = megatron is not None and gpu_note(script.launcher) in megatron.notes
         if not unstated:
             raise
         # the GPU count defaulted to one model replica because the script does not state it: say so in the error

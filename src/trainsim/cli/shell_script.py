@@ -233,20 +233,6 @@ def _skip_quoted(text: str, i: int, quotes: str = "'\"") -> int | None:
     return j + 1
 
 
-def _arith_end(text: str, start: int) -> int:
-    """Index of the ``))`` closing ``$((`` opened just before ``start``, single parentheses inside counted
-    (``$((a / (b*c)))``); -1 when unclosed."""
-    depth = 2
-    for i in range(start, len(text)):
-        if text[i] == "(":
-            depth += 1
-        elif text[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return i - 1
-    return -1
-
-
 def _matching(text: str, start: int, open_: str, close: str) -> int:
     """Index of the bracket closing the one opened just before ``start`` (quotes respected)."""
     depth, i = 1, start
@@ -321,7 +307,8 @@ def expand(text: str, env: dict[str, str]) -> str:
             continue
         nxt = text[i + 1]
         if text.startswith("$((", i):
-            end = _arith_end(text, i + 3)
+            close = _matching(text, i + 2, "(", ")")  # single parentheses: $((a / (b*c))) nests
+            end = close - 1 if close >= 0 else -1
             if end < 0:
                 out.append(text[i:])
                 break
@@ -700,6 +687,8 @@ def read_script(path: str | Path) -> LaunchCommand:
             s = s[len(first):].strip()
             first = _first(s)
         if first in ("if", "elif"):
+            if first == "elif":  # a new branch of the innermost block: its own condition decides
+                assumed[:] = [d for d in assumed if d != len(stack)]
             if stack_if(stack, first, s[len(first):], env, origin, notes):
                 assumed.append(len(stack))
             continue

@@ -154,17 +154,13 @@ def _mistral(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> N
 def _gemma3(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
     """Gemma 3: sliding-window attention with every ``sliding_window_pattern``-th layer global (transformers'
     Gemma3TextConfig: window 4096, pattern 6 when absent), or the pattern its ``layer_types`` spell out."""
-    from trainsim.io.hf_moe import global_every
+    from trainsim.io.hf_moe import layer_type_windows
 
-    layers = int(fields["num_layers"])
     window = cfg.get("sliding_window", 4096)
-    if isinstance(window, int) and window > 0:
-        types = cfg.get("layer_types")
-        if isinstance(types, list) and len(types) == layers:
-            every = global_every([i for i, t in enumerate(types) if t != "sliding_attention"], layers, "layer_types")
-        else:
-            every = int(cfg.get("sliding_window_pattern") or 6)
-        fields.update(local_attention="sliding", local_attention_size=window, local_attention_skip_freq=every)
+    if not layer_type_windows(cfg, fields, int(fields["num_layers"]), window) and isinstance(window, int) \
+            and window > 0:
+        fields.update(local_attention="sliding", local_attention_size=window,
+                      local_attention_skip_freq=int(cfg.get("sliding_window_pattern") or 6))
     if cfg.get("final_logit_softcapping") or cfg.get("attn_logit_softcapping"):
         notes.append("logit soft-capping (tanh) not modelled: elementwise work on the logits")
     notes.append("the per-head q/k RMSNorms and the extra post-attention and post-MLP RMSNorms are not counted")
@@ -226,21 +222,6 @@ def _cohere(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> No
     _note_parallel(cfg, fields, notes, always=True)  # Command-R: attention and MLP in parallel on one LayerNorm
     if cfg.get("use_qk_norm"):
         fields["qk_layernorm"] = True
-
-
-def _layer_type_windows(cfg: dict[str, Any], fields: dict[str, Any]) -> None:
-    """Sliding-window attention spelled by ``layer_types`` (OLMo 3, EXAONE 4, Gemma 3 ...): the window on the
-    ``sliding_attention`` layers, the others global every n-th layer."""
-    from trainsim.io.hf_moe import global_every
-
-    types, window = cfg.get("layer_types"), cfg.get("sliding_window")
-    layers = int(fields["num_layers"])
-    if not (isinstance(types, list) and len(types) == layers and isinstance(window, int) and window > 0
-            and "sliding_attention" in types):
-        return
-    fields.update(local_attention="sliding", local_attention_size=window,
-                  local_attention_skip_freq=global_every([i for i, t in enumerate(types) if t != "sliding_attention"],
-                                                         layers, "layer_types"))
 
 
 def _opt(cfg: dict[str, Any], fields: dict[str, Any], notes: list[str]) -> None:
@@ -438,7 +419,9 @@ def model_from_hf_config(cfg: dict[str, Any], name: str | None = None) -> Model:
     if arch.refine is not None:
         arch.refine(cfg, fields, notes)
     if "local_attention" not in fields:
-        _layer_type_windows(cfg, fields)
+        from trainsim.io.hf_moe import layer_type_windows
+
+        layer_type_windows(cfg, fields, int(fields["num_layers"]), cfg.get("sliding_window"))
     cross = cfg.get("cross_attention_layers")
     if isinstance(cross, list) and cross:
         notes.append(f"{len(cross)} cross-attention layers (attending to image tokens) modelled as causal "

@@ -184,16 +184,23 @@ def _gpt_oss(cfg: dict[str, Any], out: dict[str, Any], layers: int) -> None:
     out["moe_router_bias"] = True
     out["attention_sinks"] = True
     out["swiglu"] = True
-    types = cfg.get("layer_types")
     window = _int(cfg, "sliding_window")
-    if window:
-        out["local_attention"] = "sliding"
-        out["local_attention_size"] = window
-        if isinstance(types, list) and len(types) == layers:
-            out["local_attention_skip_freq"] = global_every(
-                [i for i, t in enumerate(types) if t != "sliding_attention"], layers, "layer_types")
-        else:
-            out["local_attention_skip_freq"] = 2  # GPT-OSS: alternating sliding and full attention
+    if window and not layer_type_windows(cfg, out, layers, window):
+        # GPT-OSS without layer_types: alternating sliding and full attention
+        out.update(local_attention="sliding", local_attention_size=window, local_attention_skip_freq=2)
+
+
+def layer_type_windows(cfg: dict[str, Any], out: dict[str, Any], layers: int, window: Any) -> bool:
+    """Sliding-window attention spelled by ``layer_types`` (GPT-OSS, Gemma 3, OLMo 3, EXAONE 4 ...): ``window`` on
+    the ``sliding_attention`` layers, the others global every n-th layer; False when the config spells none."""
+    types = cfg.get("layer_types")
+    if not (isinstance(types, list) and len(types) == layers and isinstance(window, int) and window > 0
+            and "sliding_attention" in types):
+        return False
+    out.update(local_attention="sliding", local_attention_size=window,
+               local_attention_skip_freq=global_every([i for i, t in enumerate(types) if t != "sliding_attention"],
+                                                      layers, "layer_types"))
+    return True
 
 
 def global_every(global_layers: list[int], layers: int, key: str) -> int | None:

@@ -70,9 +70,9 @@ def external_lines() -> list[str]:
 
 def _kind(job: Job) -> tuple[str, str, str]:
     """(GPU generation, the linear layers' arithmetic, dense or MoE) of a job, the axes of :func:`bias_lines`."""
-    tr = job.training
-    arithmetic = "fp4" if tr.precision == "fp8" and tr.fp8_recipe == "nvfp4" else tr.precision
-    return job.system.gpu.generation, arithmetic, "MoE" if job.model.is_moe else "dense"
+    from trainsim.workload.layers import shard_of
+
+    return job.system.gpu.generation, shard_of(job).gemm_dtype, "MoE" if job.model.is_moe else "dense"
 
 
 def bias_lines(pooled: list[tuple[Job, float]]) -> list[str]:

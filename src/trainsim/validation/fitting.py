@@ -4,7 +4,8 @@ A row that leaves a setting empty gets the framework's default (:mod:`trainsim.v
 would leave the job out of memory, the choice a run of that stack must have made instead: the distributed optimizer
 (:func:`sharded_optimizer_if_needed`), the lightest recomputation (:func:`recompute_that_fits`), a smaller
 micro-batch for the stacks that run the local batch at once (:func:`fitting_job`), the smallest expert parallelism
-for a mixture-of-experts run (:func:`expert_parallel_that_fits`), and, for stated offloading whose stage is not,
+for a mixture-of-experts run (:func:`expert_parallel_that_fits`), sequence parallelism with TP
+(:func:`sequence_parallel_that_fits`), and, for stated offloading whose stage is not,
 the stage it runs on (:func:`offload_settings`, :func:`offload_stage_that_fits`). Every choice is reported with the
 row.
 """
@@ -154,6 +155,25 @@ def fitting_job(build: Callable[[Training], Job], training: Training, notes: lis
     if sharded is not None:
         notes = [n for n in notes if not n.startswith("zero ")] + [sharded]
     return job, notes + ([why_zero] if why_zero else [])
+
+
+def sequence_parallel_that_fits(job: Job, tr_notes: list[str], par_notes: list[str],
+                                fit_with: Callable[..., tuple[Job, list[str]]]) -> tuple[Job, list[str], list[str]]:
+    """An unstated sequence parallelism with TP: the stack's default (off) unless the job does not fit in memory
+    even with the other unstated choices made; then on (Megatron's ``--sequence-parallel``, which costs no extra
+    communication: the run ran, so it fit), where the stack offers it and it makes the job fit."""
+    from trainsim.predictor import memory_report
+
+    if memory_report(job).fits:
+        return job, tr_notes, par_notes
+    try:
+        sp_job, sp_notes = fit_with(job.parallelism.replace(sequence_parallel=True))
+    except ValueError:  # TrainsimError included: the stack has no sequence parallelism for this plan
+        return job, tr_notes, par_notes
+    if not memory_report(sp_job).fits:
+        return job, tr_notes, par_notes
+    note = "sp True (unstated; without sequence parallelism the run would not fit in memory)"
+    return sp_job, sp_notes, [n for n in par_notes if not n.startswith("sp ")] + [note]
 
 
 def expert_parallel_that_fits(job: Job, notes: list[str],

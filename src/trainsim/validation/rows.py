@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
 
@@ -69,6 +68,7 @@ from trainsim.validation.fitting import (
     fitting_job,
     offload_settings,
     offload_stage_that_fits,
+    sequence_parallel_that_fits,
 )
 from trainsim.validation.measurements import (
     MEASURED_COLUMNS,
@@ -351,15 +351,16 @@ def _stated_first_last(notes: str) -> dict[str, int]:
 
 
 def pipeline_split(row: pd.Series, layers: int, pp: int, vpp: int, notes: str,
-                   framework: Framework | None = None) -> tuple[dict[str, Any], list[str]]:
+                   framework: Framework | None = None,
+                   stated_layout: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """Parallelism fields fixing how ``layers`` split over ``pp·vpp`` virtual stages (module docstring): a stack whose
     own split rule (``pipeline_layer_split``: DeepSpeed's balanced partition, torchtitan's weighted split) places
     this layer count needs no stated split."""
     layout = _text(row, "pipeline_layout")
     if layout is not None:
         return {"pipeline_layout": layout}, ["pipeline_layout column"]
-    if (layout := notes_flags(notes).get("pipeline_layout")) is not None:
-        return {"pipeline_layout": layout}, [f"pipeline layout {layout} (from the notes)"]
+    if stated_layout is not None:  # --pipeline-model-parallel-layout in the notes (notes_flags)
+        return {"pipeline_layout": stated_layout}, [f"pipeline layout {stated_layout} (from the notes)"]
     cells = {k: v for k in ("first_stage_layers", "last_stage_layers") if (v := _int(row, k)) is not None}
     if cells:
         return cells, ["first/last stage layer columns"]
@@ -452,25 +453,6 @@ def _pick(key: str, cell: Any, stated: dict[str, Any], default: Any, assumed: li
     return default
 
 
-def _sequence_parallel_if_needed(job: Job, tr_notes: list[str], par_notes: list[str],
-                                 fit_with: Callable[..., tuple[Job, list[str]]]) -> tuple[Job, list[str], list[str]]:
-    """An unstated sequence parallelism with TP: the stack's default (off) unless the job does not fit in memory
-    even with the other unstated choices made; then on (Megatron's ``--sequence-parallel``, which costs no extra
-    communication: the run ran, so it fit), where the stack offers it and it makes the job fit."""
-    from trainsim.predictor import memory_report
-
-    if memory_report(job).fits:
-        return job, tr_notes, par_notes
-    try:
-        sp_job, sp_notes = fit_with(job.parallelism.replace(sequence_parallel=True))
-    except (TrainsimError, ValueError):  # the stack has no sequence parallelism for this plan
-        return job, tr_notes, par_notes
-    if not memory_report(sp_job).fits:
-        return job, tr_notes, par_notes
-    note = "sp True (unstated; without sequence parallelism the run would not fit in memory)"
-    return sp_job, sp_notes, [n for n in par_notes if not n.startswith("sp ")] + [note]
-
-
 def default_vpp(framework: Framework, layers: int, pp: int) -> int | None:
     """Virtual stages a run of ``framework`` uses when its record leaves ``vpp`` empty (``None``: not interleaved).
 
@@ -504,7 +486,7 @@ def row_parallelism(row: pd.Series, layers: int, sp_default: bool, notes: str,
         vpp = v
         assumed.append(f"vpp {v} ({framework.name}: {framework.virtual_stages_default})")
     sp = bool(_pick("sp", _switch(row, "sp"), stated, sp_default, assumed if tp > 1 else None))
-    split, split_notes = pipeline_split(row, layers, pp, vpp, notes, framework)
+    split, split_notes = pipeline_split(row, layers, pp, vpp, notes, framework, stated.get("pipeline_layout"))
     levels = tuple(int(v) for v in str(stated.get("hierarchical_cp_sizes", "")).replace(",", " ").split())
     par = Parallelism(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=_int(row, "dp"),
                       sequence_parallel=sp and tp > 1, hierarchical_cp_sizes=levels, **split)
@@ -666,7 +648,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
 
     job, tr_notes = fit_with(par)
     if par.tp > 1 and not par.sequence_parallel and _switch(row, "sp") is None and "sp" not in stated:
-        job, tr_notes, par_notes = _sequence_parallel_if_needed(job, tr_notes, par_notes, fit_with)
+        job, tr_notes, par_notes = sequence_parallel_that_fits(job, tr_notes, par_notes, fit_with)
     if implied_zero:  # the offloading's stage was not named: the run ran, so it sharded as far as it had to
         job, tr_notes, training = offload_stage_that_fits(job, tr_notes, training, framework, fit_with,
                                                            lambda tr: stated.update(zero=tr.zero_stage))
