@@ -261,3 +261,27 @@ def test_a_profile_extends_a_preset_with_its_own_facts(tmp_path):
     # the llm-foundry preset is the fsdp preset with llm-foundry's model code
     lf = load_framework("llm-foundry")
     assert lf.dp_engine == "fsdp1" and lf.fused_cross_entropy and lf.train_metric_passes == 2
+
+
+def test_nemo_automodel_trains_bf16_stored_parameters_under_fsdp2():
+    """NeMo AutoModel's benchmark recipes: FSDP2 over bf16-stored parameters, torch Adam's states in bf16, bf16
+    reduce-scatter, the loss on the bf16 logits; the same job as torchtitan (fp32 sharded master, fp32 states and
+    reduce, fp32 logits copy) keeps less state and a smaller logits peak."""
+    fw = load_framework("nemo-automodel")
+    assert (fw.dp_engine, fw.main_params_dtype, fw.exp_avg_dtype, fw.grad_reduce_dtype) == ("fsdp2", "param", "bf16",
+                                                                                          "param")
+    assert fw.cross_entropy_impl == "torch_16bit" and fw.flash_kernel == "cudnn" and not fw.reshard_after_forward
+    from trainsim.predictor import memory_report
+
+    auto = memory_report(job("nemo-automodel", zero_stage=3)).per_stage[0]
+    titan = memory_report(job("torchtitan", zero_stage=3)).per_stage[0]
+    assert auto.optimizer_bytes < titan.optimizer_bytes / 1.9
+    assert auto.activations_bytes < titan.activations_bytes
+
+
+def test_cli_nemo_automodel_predicts_a_moe_job(capsys):
+    code, out, _ = run(["predict", "-m", "qwen3-30b-a3b", "--gbs", "64", "-n", "8", "--ep", "8",
+                        "--framework", "nemo-automodel", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["job"]["framework"]["name"] == "nemo-automodel" and data["iteration_time_s"] > 0

@@ -59,6 +59,7 @@ def one(tmp_path, **cells: object):
     ("a paper", "trained with ZeRO-3 offload-free", "deepspeed"),
     ("NVIDIA NeMo performance summary", "", "nemo"),
     ("Megatron-Bridge recipes", "", "nemo"),
+    ("NVIDIA-NeMo/Automodel performance summary", "NeMo AutoModel PyTorch backend", "nemo-automodel"),
     ("torchtitan paper (FSDP2 + TP)", "", "torchtitan"),  # before FSDP
     ("PyTorch FSDP paper", "", "fsdp"),
     ("MosaicML llm-foundry benchmarks", "", "llm-foundry"),  # Composer's FSDP with llm-foundry's model code
@@ -1002,3 +1003,17 @@ def test_a_mixture_of_experts_proxy_with_fewer_layers_takes_its_preset(tmp_path)
     assert "num_layers 8 (the row's; the preset has 64)" in m.assumptions
     table = load_table(write(tmp_path, [row("x_2", model="SomeLab MoE 8x7B", L=8, h=6144, heads=48)]))
     assert table.skipped and "mixture-of-experts" in table.skipped[0].reason
+
+
+@pytest.mark.parametrize(("notes", "field", "value"), [
+    ("kernel optimizations: TE + DeepEP + FlexAttn", "flash_kernel", "fa2"),  # FlexAttention priced as FA-2
+    ("recipe config: attn: flex", "flash_kernel", "fa2"),
+    ("recipe config: reshard_after_forward: true", "reshard_after_forward", True),
+    ("recipe config: reshard_after_forward: false", "reshard_after_forward", False),
+    ("loss_fn MaskedCrossEntropy fp32_upcast: true", "cross_entropy_impl", "torch"),
+    ("loss_fn MaskedCrossEntropy fp32_upcast: false", "cross_entropy_impl", "torch_16bit"),
+])
+def test_nemo_automodel_recipe_settings_in_the_notes(tmp_path, notes, field, value):
+    m = one(tmp_path, source="NVIDIA-NeMo/Automodel performance summary", notes=notes, global_batch=16)
+    assert m.job.framework.name == "nemo-automodel"
+    assert getattr(m.job.framework, field) == value

@@ -165,6 +165,10 @@ def test_cross_entropy_kernels_follow_the_stack():
     assert fz.cross_entropy_bytes(fz.Fusion(cross_entropy_impl="vocab_parallel"), 2.0) == (38, 14)
     assert fz.cross_entropy_bytes(fz.Fusion(cross_entropy_impl="torch"), 2.0) == (22, 26)
     assert fz.cross_entropy_bytes(fz.Fusion(cross_entropy=True, cross_entropy_impl="torch"), 2.0) == (2, 4)
+    # F.cross_entropy on the 16-bit logits (NeMo AutoModel's MaskedCrossEntropy(fp32_upcast=False)): log_softmax
+    # 4e forward, zero fill and log_softmax backward 5e; its three peak tensors in 16 bits
+    assert fz.cross_entropy_bytes(fz.Fusion(cross_entropy_impl="torch_16bit"), 2.0) == (8, 10)
+    assert fz.logits_memory_bytes(fz.Fusion(cross_entropy=False, cross_entropy_impl="torch_16bit"), 2.0) == 6
     assert fz.fusion_of(job("hf-transformers")).cross_entropy_impl == "torch"
     assert fz.fusion_of(job("megatron-core-local")).cross_entropy_impl == "vocab_parallel"
 

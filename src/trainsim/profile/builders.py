@@ -58,7 +58,7 @@ BYTES_PER_ELEMENT: dict[tuple[str, str], Callable[[float], float]] = {
     ("embedding", "fwd"): lambda e: 3 * e, ("embedding", "bwd"): lambda e: 2 * e + 4,
     **{(f"cross_entropy_{impl}", phase): (
         lambda e, f=Fusion(cross_entropy_impl=impl), i=i: cross_entropy_bytes(f, e)[i])
-       for impl in ("vocab_parallel", "torch") for i, phase in enumerate(("fwd", "bwd"))},
+       for impl in ("vocab_parallel", "torch", "torch_16bit") for i, phase in enumerate(("fwd", "bwd"))},
     ("bias", "fwd"): lambda e: 2 * e, ("bias", "bwd"): lambda e: e,
     ("qkv_split", "bwd"): lambda e: 2 * e,
     ("permute", "fwd"): lambda e: 2 * e, ("permute", "bwd"): lambda e: 2 * e,
@@ -356,7 +356,8 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
         v = model.padded_vocab_size(tp) // tp
         target = torch.randint(0, v, (t,), device=ctx.device)
         impl = shard.fusion.cross_entropy_impl
-        loss = K.cross_entropy if impl == "torch" else K.vocab_parallel_cross_entropy
+        losses = {"torch": K.cross_entropy, "torch_16bit": K.cross_entropy_16bit}
+        loss = losses.get(impl, K.vocab_parallel_cross_entropy)
         return _Fwd(lambda x: loss(x, target), [r(t, v)], [0], t * v, f"cross_entropy_{impl}")
     if base == "qkv_split":  # Megatron's fused QKV output split into views: the backward concatenates
         heads, groups, d = model.num_attention_heads // tp, model.query_groups // tp, model.head_dim

@@ -105,6 +105,12 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), target)
 
 
+def cross_entropy_16bit(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of ``logits[tokens, vocab]`` on the 16-bit logits, no upcast (NeMo AutoModel's
+    ``MaskedCrossEntropy(fp32_upcast=False)``)."""
+    return F.cross_entropy(logits, target)
+
+
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Megatron's ``VocabParallelCrossEntropy`` on one rank (no TP reductions): the same in-place fp32 kernels."""
 

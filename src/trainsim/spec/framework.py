@@ -49,7 +49,7 @@ SelectiveRecompute = Literal["core_attention", "op"]
 MoeExpertLaunch = Literal["python_loop", "cpp_loop", "grouped_kernel"]
 #: The kernel library of a stack's flash attention (Framework.flash_kernel; trainsim.cost.attention_kernels).
 FlashKernel = Literal["cudnn", "fa3", "fa2", "cudnn-blackwell"]
-CrossEntropyImpl = Literal["vocab_parallel", "torch"]
+CrossEntropyImpl = Literal["vocab_parallel", "torch", "torch_16bit"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
@@ -114,10 +114,12 @@ class Framework(Spec, frozen=True):
         description="vocabulary-parallel cross-entropy fused (no fp32 logits copies)")
     cross_entropy_impl: Annotated[CrossEntropyImpl, Flag(
         "--cross-entropy-impl", megatron=False,
-        help="unfused loss: vocab_parallel (Megatron) or torch (F.cross_entropy)")] = Field(
+        help="unfused loss: vocab_parallel (Megatron), torch (F.cross_entropy on fp32 logits) or torch_16bit "
+             "(F.cross_entropy on the 16-bit logits)")] = Field(
         description="the unfused loss's kernels: vocab_parallel (Megatron's VocabParallelCrossEntropy: upcast, max, "
-                    "subtract, exp, sum, divide; backward multiply and downcast) or torch (F.cross_entropy on "
-                    "upcast logits: log_softmax and nll_loss)")
+                    "subtract, exp, sum, divide; backward multiply and downcast), torch (F.cross_entropy on "
+                    "upcast logits: log_softmax and nll_loss) or torch_16bit (F.cross_entropy on the 16-bit logits, "
+                    "no upcast: NeMo AutoModel's MaskedCrossEntropy(fp32_upcast=False))")
     gradient_accumulation_fusion: Annotated[bool, Flag(
         "--no-gradient-accumulation-fusion", const=False,
         help="wgrad GEMMs do not accumulate into main_grad directly")] = Field(

@@ -652,6 +652,9 @@ def generic_rules_lines() -> list[str]:
         "  sets the profile's `flash_kernel`; else a PyTorch release named in the notes or source (`PyTorch 2.11`,",
         "  `torch==2.4.1`) decides it for the stacks that attend through SDPA's default backend order ("
         + ", ".join(f"`{n}`" for n in sorted(SDPA_STACKS)) + "): cuDNN from 2.11 on, FlashAttention-2 before.",
+        "  PyTorch FlexAttention (FlexAttn, `attn: flex`) is priced as FlashAttention-2. A recipe's",
+        "  `reshard_after_forward: true|false` sets the FSDP2 field of that name and `fp32_upcast: true|false`",
+        "  (NeMo AutoModel's MaskedCrossEntropy) the loss on fp32 or on the 16-bit logits (`cross_entropy_impl`).",
         "  FlashAttention named without a version selects the flash path; `--cp-comm-type` and DeepSpeed-Ulysses",
         "  (`Ulysses`, `--ds-sequence-parallel-size`) set the context-parallel communication (`a2a` for Ulysses).",
         "  `--exp-avg-dtype`, `--exp-avg-sq-dtype` and `--main-params-dtype` (Megatron-Core's precision-aware",

@@ -71,6 +71,8 @@ class FrameworkRule:
 #: Ordered: the first rule whose pattern occurs in the text wins. ``megatron-by-year`` is resolved by the year.
 FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     FrameworkRule("Megatron-DeepSpeed", r"megatron[-_ ]?deepspeed", "megatron-deepspeed"),
+    # NeMo's PyTorch backend (FSDP2 over transformers-style models) before NeMo's Megatron stack
+    FrameworkRule("NeMo AutoModel", r"\bautomodel\b|\bnemo[-_ ]?automodel\b", "nemo-automodel"),
     FrameworkRule("NeMo, Megatron-Bridge", r"\bnemo\b|megatron[-_ ]?bridge", "nemo"),
     FrameworkRule("torchtitan", r"torchtitan", "torchtitan-by-year"),
     # 'The Llama 3 Herd of Models': Meta's stack (TP, CP, PP and FSDP-style sharding); until its profile ships, the
@@ -254,6 +256,7 @@ _FP8_PARAM_GATHER = r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)"  # Mega
 #: FlashAttention-2 / -3 named in a row's text (flash-attn 2.x, attn_implementation, Megatron-DeepSpeed's flag).
 _FA2 = r"(?i)flash[-_ ]?attention[-_ ]?2|flash[-_ ]?attn[-_ ]?v?2\b|\bFA-?2\b|--use-flash-attn-v2\b"
 _FA3 = r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b"
+_FLEX = r"(?i)\bflex[-_ ]?(?:attn|attention)\b|\battn\W{0,3}flex\b"
 
 #: CPU optimizer offloading in words: offload_optimizer, "optimizer (state) offload", ZeRO-Offload, CPU-Adam.
 _OPTIMIZER_OFFLOAD = (r"(?i)offload[\s_-]*optimizer|(?<![-\w])optimizer[\s_-]*(?:states?[\s_-]*)?(?:cpu[\s_-]*)?"
@@ -267,7 +270,8 @@ UNMODELLED_OFFLOAD = re.compile(r"\bnvme\b|zero[\s_-]*infinity", re.IGNORECASE)
 _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 #: Framework-profile fields a row's notes may switch on (the rest of NOTES_FLAGS are job settings).
 FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel", "cp_comm_type",
-                   "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype")
+                   "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype", "reshard_after_forward",
+                   "cross_entropy_impl")
 #: Stacks whose flash attention is PyTorch's SDPA with its default backend order (transformers models), so the
 #: PyTorch version a row names decides the kernel library (trainsim.cost.attention_kernels.sdpa_kernel); torchtitan
 #: passes its own backend list and llm-foundry calls flash-attn directly.
@@ -312,6 +316,11 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (_FA3, "attention", "flash"),
     (_FA2, "flash_kernel", "fa2"),
     (_FA3, "flash_kernel", "fa3"),
+    # PyTorch FlexAttention (a Triton template kernel; the PyTorch blog "FlexAttention: The Flexibility of PyTorch
+    # with the Performance of FlashAttention", Aug 2024: ~90 % of FlashAttention-2 forward, ~85 % backward) is
+    # priced as FlashAttention-2, the library whose instructions it issues on Hopper
+    (_FLEX, "attention", "flash"),
+    (_FLEX, "flash_kernel", "fa2"),
     (r"(?i)cudnn[\s_-]*(?:fused[\s_-]*|flash[\s_-]*)?attention|--attention-backend[=\s]+fused\b", "flash_kernel",
      "cudnn"),
     # context parallelism's communication: Megatron's --cp-comm-type, DeepSpeed-Ulysses' all-to-all
@@ -321,6 +330,12 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (r"(?i)\b(?:deep[-_ ]?ep|hybrid[-_ ]?ep)\b|--moe-token-dispatcher-type[=\s]+flex\b|--moe-enable-deepep\b"
      r"|\bflex (?:token )?dispatcher\b", "moe_token_dispatcher", "flex"),
     (r"--moe-token-dispatcher-type[=\s]+alltoall\b|(?i:\balltoall dispatcher\b)", "moe_token_dispatcher", "alltoall"),
+    # FSDP2's reshard_after_forward as a recipe states it (torchtitan, NeMo AutoModel parallelizer configs)
+    (r"(?i)\breshard_after_forward\W{0,3}true\b", "reshard_after_forward", True),
+    (r"(?i)\breshard_after_forward\W{0,3}false\b", "reshard_after_forward", False),
+    # NeMo AutoModel's MaskedCrossEntropy(fp32_upcast=...): the loss on the 16-bit logits or on an fp32 copy
+    (r"(?i)\bfp32_upcast\W{0,3}false\b", "cross_entropy_impl", "torch_16bit"),
+    (r"(?i)\bfp32_upcast\W{0,3}true\b", "cross_entropy_impl", "torch"),
     (r"--overlap-moe-expert-parallel-comm\b|(?i:\bmoe_a2a_overlap\W*(?:=|:)?\W*true\b)", "moe_a2a_overlap", True),
     (r"--hierarchical-context-parallel-sizes[=\s]+(\d+[\s,]+\d+)", "hierarchical_cp_sizes", None),
     (r"--fp8-format\b|--fp8\b", "precision", "fp8"),

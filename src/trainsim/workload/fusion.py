@@ -33,7 +33,10 @@ framework's code; a kernel reads its inputs once and writes its output once.
   backward (the 16-bit logits are dead by then: transformers' Trainer keeps only the loss, torchtitan deletes
   ``pred``; the forward's ``e + 8`` is lower); ``vocab_parallel`` ``4 + e`` — Megatron turns the fp32 copy into
   the softmax in place, saves it and writes the gradient into it, so the fp32 tensor and the 16-bit logits (or
-  their 16-bit gradient) are all it holds; fused ``2e``. Single-H100 steps measured in fresh processes
+  their 16-bit gradient) are all it holds; fused ``2e``. ``torch_16bit`` (``F.cross_entropy`` on the 16-bit logits,
+  no upcast: NeMo AutoModel's ``MaskedCrossEntropy(fp32_upcast=False)``): ``log_softmax`` ``4e`` forward, zero fill
+  and ``log_softmax`` backward ``5e``; at the peak the three tensors of the ``torch`` case in 16 bits, ``3e``.
+  Single-H100 steps measured in fresh processes
   (``trainsim/data/gpu-h100``): a 0.6B Llama with a 152k vocabulary peaks at 57.7 GB, 12 B per logit leaves
   the layers what they save.
 - **Bias gradients** (per output element of a linear layer with a bias) — outside Transformer Engine (whose GEMMs
@@ -185,6 +188,8 @@ def cross_entropy_bytes(f: Fusion, e: float) -> tuple[float, float]:
     """(forward, backward) bytes per logit."""
     if f.cross_entropy:
         return e, 2 * e
+    if f.cross_entropy_impl == "torch_16bit":
+        return 4 * e, 5 * e
     return _torch_cross_entropy_bytes(e) if f.cross_entropy_impl == "torch" else (e + 36, 12 + e)
 
 
@@ -218,6 +223,8 @@ def logits_memory_bytes(f: Fusion, e: float) -> float:
     """Bytes per logit held at the loss's peak (see the module docstring)."""
     if f.cross_entropy:
         return 2 * e
+    if f.cross_entropy_impl == "torch_16bit":
+        return 3 * e
     return 4 + e if f.cross_entropy_impl == "vocab_parallel" else 12.0
 
 
