@@ -55,3 +55,29 @@ def test_export_variants_have_their_base_compute_and_less_nvlink(name: str, base
     s, b = load_system(name), load_system(base)
     assert s.gpu.peak_flops == b.gpu.peak_flops and s.gpu.hbm_capacity == b.gpu.hbm_capacity
     assert s.gpu.generation == b.gpu.generation and s.node.nvlink_bandwidth == nvlink < b.node.nvlink_bandwidth
+
+
+def test_volta_dgx2_runs_fp16_without_flash_attention_and_takes_amperes_constants():
+    """DGX-2 (V100 SXM3 32GB): FP16 tensor cores only, no flash kernel, Ampere's fitted constants."""
+    from trainsim.cost.calibration import calibration_for
+    from trainsim.errors import TrainsimError
+    from trainsim.spec import Job, Parallelism, Training, load_model, load_system
+
+    system = load_system("dgx2-v100")
+    assert system.gpu.generation == "volta" and system.gpu.peak_flops.bf16 is None
+    assert system.node.gpus_per_node == 16 and system.gpu.peak_flops.for_dtype("fp16") == 125e12
+    assert calibration_for("volta") == calibration_for("ampere")
+
+    def job(precision: str, framework: str, attention: str | None = None) -> Job:
+        tp = 1 if framework == "hf-transformers" else 2
+        return Job(model=load_model("gpt3-1.7b"), system=system, parallelism=Parallelism(tp=tp),
+                   training=Training(global_batch_size=32, precision=precision, attention=attention),
+                   num_gpus=16, framework=framework)
+
+    with pytest.raises(TrainsimError, match="BF16 tensor cores"):
+        job("bf16", "megatron-lm-2021")
+    with pytest.raises(TrainsimError, match="flash attention does not run on V100"):
+        job("fp16", "megatron-core")
+    assert job("fp16", "megatron-core", attention="unfused").attention_path == "unfused"
+    assert job("fp16", "hf-transformers").attention_path == "flash"  # SDPA's memory-efficient kernel
+    assert job("fp16", "megatron-lm-2021").attention_path == "unfused"

@@ -1017,3 +1017,9 @@ def test_nemo_automodel_recipe_settings_in_the_notes(tmp_path, notes, field, val
     m = one(tmp_path, source="NVIDIA-NeMo/Automodel performance summary", notes=notes, global_batch=16)
     assert m.job.framework.name == "nemo-automodel"
     assert getattr(m.job.framework, field) == value
+
+
+def test_v100_rows_run_on_the_dgx2_preset(tmp_path):
+    m = one(tmp_path, gpu="V100-SXM3-32GB", precision="fp16", source="Megatron-LM paper 2019", num_gpus=32,
+            gpus_per_node=16)
+    assert m.job.system.name == "dgx2-v100" and m.job.training.precision == "fp16"

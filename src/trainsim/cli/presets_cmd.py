@@ -65,7 +65,7 @@ def presets_command(
             ["name", "gpu", "bf16 TFLOP/s", "HBM", "GPUs/node", "NVLink GB/s", "NICs × Gb/s", "$/GPU-h"]
         rows = []
         for s in rows_s:
-            values = {"name": s.name, "gpu": s.gpu.name, "bf16 TFLOP/s": f"{s.gpu.peak_flops.bf16 / 1e12:.0f}",
+            values = {"name": s.name, "gpu": s.gpu.name, "bf16 TFLOP/s": _tflops(s.gpu.peak_flops.bf16),
                       "HBM": f"{s.gpu.hbm_capacity / 1e9:.0f} GB", "GPUs/node": str(s.node.gpus_per_node),
                       "NVLink GB/s": f"{s.node.nvlink_bandwidth / 1e9:.0f}",
                       "NICs × Gb/s": f"{s.network.nics_per_node} × {s.network.nic_bandwidth * 8 / 1e9:.0f}",
@@ -98,3 +98,8 @@ def _table(title: str, cols: list[str], rows: list[list[str]], width: int):  # t
 
 def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
+
+
+def _tflops(flops: float | None) -> str:
+    """A peak in TFLOP/s for the table; a GPU without those tensor cores: none."""
+    return "none" if flops is None else f"{flops / 1e12:.0f}"

@@ -31,6 +31,15 @@ from trainsim.spec.framework import FlashKernel
 
 #: GPU generations whose tensor cores FlashAttention-2 cannot drive at full rate (wgmma / tcgen05 parts).
 ASYNC_MMA_GENERATIONS = frozenset({"hopper", "blackwell"})
+#: GPU generations no flash kernel library runs on: FlashAttention-2 and -3 and cuDNN's fused attention need sm80
+#: (Ampere) or newer; PyTorch's SDPA falls back to its memory-efficient kernel there, Transformer Engine to its
+#: unfused attention.
+NO_FLASH_GENERATIONS = frozenset({"volta"})
+#: Stacks whose flash attention is PyTorch's ``scaled_dot_product_attention`` with its default backend order
+#: (transformers models): the PyTorch release decides the kernel (:func:`sdpa_kernel`), and on a GPU of
+#: :data:`NO_FLASH_GENERATIONS` SDPA runs its memory-efficient kernel (a fused kernel that keeps no s² scores).
+#: torchtitan passes its own backend list and llm-foundry calls flash-attn directly.
+SDPA_DEFAULT_ORDER_STACKS = frozenset({"hf-transformers", "fsdp", "deepspeed"})
 TABLE = ("data", "kernels", "flash-attention-h100.csv")
 
 

@@ -62,15 +62,20 @@ def _load() -> dict[str, Calibration]:
 
 
 def calibration_for(generation: str) -> Calibration:
-    """Constants for a GPU generation (``ampere``, ``hopper``, ``blackwell``); unknown ones get the defaults.
+    """Constants for a GPU generation (``volta``, ``ampere``, ``hopper``, ``blackwell``); unknown ones get the
+    defaults.
 
     Blackwell has no published measurement in the calibration set and no measured kernels: it inherits Hopper's
     fitted constants, with the analytic model's large-kernel efficiencies taken from the measured H100 kernels
-    (:func:`trainsim.cost.kernel_surfaces.transferred_calibration`) instead of priors.
+    (:func:`trainsim.cost.kernel_surfaces.transferred_calibration`) instead of priors. Volta has none either: it
+    takes Ampere's, the nearest generation priced by the same analytic model (synchronous ``mma`` tensor cores, no
+    measured surface), at its own peaks and bandwidths.
     """
     table = _load()
     if generation in table:
         return table[generation]
+    if generation == "volta" and "ampere" in table:
+        return table["ampere"]
     if generation == "blackwell" and "hopper" in table:
         from trainsim.cost.kernel_surfaces import transferred_calibration
 

@@ -389,6 +389,9 @@ def validate_job(job: Job) -> None:
         raise TrainsimError("training.fp8_param_gather", "--fp8-param-gather needs FP8 training and the distributed "
                             "optimizer (Megatron-Core asserts both)", "add --fp8 and --use-distributed-optimizer, "
                             "or drop --fp8-param-gather")
+    if tr.precision == "bf16" and sysm.gpu.peak_flops.bf16 is None:
+        sysm.gpu.peak_flops.for_dtype("bf16")  # the one error for a GPU without BF16 tensor cores
+    _check_flash_runs(job)
     if tr.precision == "fp8":
         from trainsim.workload.fp8 import recipe_cost
 
@@ -496,3 +499,17 @@ def check_framework(job: Job) -> None:
         if size > 1 and not ok:
             raise TrainsimError(f"parallelism.{axis}", f"{name} offers no {axis.upper()} parallelism",
                                 f"use {axis} 1 or another --framework (e.g. megatron-core, torchtitan)")
+
+
+def _check_flash_runs(job: Job) -> None:
+    """Flash attention needs a GPU its kernels run on (:data:`~trainsim.cost.attention_kernels.NO_FLASH_GENERATIONS`),
+    except under PyTorch SDPA's default backend order, which falls back to its memory-efficient fused kernel."""
+    from trainsim.cost.attention_kernels import NO_FLASH_GENERATIONS, SDPA_DEFAULT_ORDER_STACKS
+
+    gpu = job.system.gpu
+    if (job.attention_path == "flash" and gpu.generation in NO_FLASH_GENERATIONS
+            and job.framework.name not in SDPA_DEFAULT_ORDER_STACKS):
+        raise TrainsimError(
+            "training.attention", f"flash attention does not run on {gpu.name} ({gpu.generation}): FlashAttention "
+            "and cuDNN fused attention need Ampere (sm80) or newer",
+            "use --attention-backend unfused (Transformer Engine's fallback) or local (Megatron's fused softmax)")

@@ -17,8 +17,8 @@ from trainsim.spec.limits import MAX_NODE_GPUS, MAX_PRICE
 
 PeakDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
 #: GPU generations with fitted calibration constants, and ``default`` (the documented uncalibrated constants).
-Generation = Literal["ampere", "hopper", "blackwell", "default"]
-GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "default")
+Generation = Literal["volta", "ampere", "hopper", "blackwell", "default"]
+GENERATIONS: tuple[str, ...] = ("volta", "ampere", "hopper", "blackwell", "default")
 
 
 class PeakFlops(Spec, frozen=True):
@@ -27,7 +27,7 @@ class PeakFlops(Spec, frozen=True):
     fp32: float = Field(gt=0)
     tf32: float = Field(gt=0)
     fp16: float = Field(gt=0)
-    bf16: float = Field(gt=0)
+    bf16: float | None = Field(default=None, gt=0, description="None: no BF16 tensor cores (Volta)")
     fp8: float | None = Field(default=None, gt=0)
     fp4: float | None = Field(default=None, gt=0, description="NVFP4 (Blackwell); None: no FP4 tensor cores")
 
@@ -39,6 +39,9 @@ class PeakFlops(Spec, frozen=True):
                 return self.for_dtype("fp8")
             if dtype == "fp8":
                 return self.fp16
+            if dtype == "bf16":
+                raise TrainsimError("training.precision", "bf16: this GPU has no BF16 tensor cores (Volta: FP16 only)",
+                                    "train in fp16 (--fp16)")
             raise TrainsimError("precision", f"unknown data type {dtype!r}", "use fp32, tf32, fp16, bf16, fp8 or fp4")
         return float(value)
 
@@ -47,7 +50,7 @@ class GPU(Spec, frozen=True):
     """One accelerator."""
 
     name: str
-    generation: Generation = Field(description="calibration key: ampere, hopper, blackwell or default")
+    generation: Generation = Field(description="calibration key: volta, ampere, hopper, blackwell or default")
     peak_flops: PeakFlops
     vector_flops: float = Field(gt=0, description="non-tensor-core FP32 FLOP/s")
     hbm_bandwidth: float = Field(gt=0, description="bytes/s")

@@ -52,7 +52,8 @@ class PeakTflops(_File):
     fp32: float = Field(gt=0, description="FP32 tensor-core (or FMA) peak")
     tf32: float = Field(gt=0, description="TF32 tensor-core peak")
     fp16: float = Field(gt=0, description="FP16 tensor-core peak")
-    bf16: float = Field(gt=0, description="BF16 tensor-core peak")
+    bf16: float | None = Field(default=None, gt=0, description="BF16 tensor-core peak; absent: no BF16 tensor cores "
+                                                                "(Volta)")
     fp8: float | None = Field(default=None, gt=0, description="FP8 tensor-core peak; absent: no FP8 tensor cores")
     fp4: float | None = Field(default=None, gt=0, description="FP4 (NVFP4) tensor-core peak; absent: no FP4 tensor "
                                                               "cores")
@@ -62,7 +63,7 @@ class GPUFile(_File):
     """``gpu:`` section."""
 
     name: str = Field(min_length=1, description="GPU name (also the key of presets/prices.yaml)")
-    generation: Generation = Field(description="calibration key: ampere, hopper, blackwell or default")
+    generation: Generation = Field(description="calibration key: volta, ampere, hopper, blackwell or default")
     peak_tflops: PeakTflops
     vector_tflops: float = Field(gt=0, description="non-tensor-core FP32 peak, TFLOP/s")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="HBM bandwidth, TB/s")

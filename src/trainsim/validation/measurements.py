@@ -189,8 +189,11 @@ def eq3_flops(model: Model, batch: int, seq: int, vocab: float, recompute: bool 
 
 
 def mfu_peak(system: System, precision: str) -> float:
-    """The MFU denominator per GPU: the dense 16-bit peak (TF32 for fp32 runs), also for FP8 runs."""
-    return system.gpu.peak_flops.for_dtype("tf32" if precision == "fp32" else "bf16")
+    """The MFU denominator per GPU: the dense 16-bit peak (TF32 for fp32 runs), also for FP8 runs; FP16's on a GPU
+    without BF16 tensor cores (Volta)."""
+    if precision == "fp32":
+        return system.gpu.peak_flops.for_dtype("tf32")
+    return system.gpu.peak_flops.bf16 or system.gpu.peak_flops.fp16
 
 
 def measured_iteration_time(row: pd.Series, model: Model, system: System | None = None,

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainsim.cost.attention_kernels import sdpa_kernel
+from trainsim.cost.attention_kernels import SDPA_DEFAULT_ORDER_STACKS, sdpa_kernel
 from trainsim.spec.framework import FlashKernel, list_frameworks
 from trainsim.spec.pipeline_split import vpp_from_layers_per_chunk
 
@@ -272,10 +272,9 @@ _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel", "cp_comm_type",
                    "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype", "reshard_after_forward",
                    "cross_entropy_impl")
-#: Stacks whose flash attention is PyTorch's SDPA with its default backend order (transformers models), so the
-#: PyTorch version a row names decides the kernel library (trainsim.cost.attention_kernels.sdpa_kernel); torchtitan
-#: passes its own backend list and llm-foundry calls flash-attn directly.
-SDPA_STACKS = frozenset({"hf-transformers", "fsdp", "deepspeed"})
+#: Stacks whose flash attention is PyTorch's SDPA with its default backend order (owned by
+#: trainsim.cost.attention_kernels): the PyTorch version a row names decides the kernel library.
+SDPA_STACKS = SDPA_DEFAULT_ORDER_STACKS
 #: A PyTorch version written in a row's text ("PyTorch 2.11", "torch==2.4.1", "torch 2.5").
 TORCH_VERSION = re.compile(r"(?i)\b(?:pytorch|torch)\s*(?:==|v)?\s*(\d+\.\d+)(?:\.\d+)?\b")
 
@@ -460,7 +459,7 @@ def stated_vpp(stated: dict[str, Any], layers: int, pp: int) -> int | None:
 #: normalised GPU model (:func:`trainsim.cost.tables.gpu_key`) -> system preset
 SYSTEM_FOR_GPU_KEY: dict[str, str] = {
     "a100": "dgx-a100", "h100": "dgx-h100", "h200": "hgx-h200", "b200": "dgx-b200", "b300": "dgx-b300",
-    "gb200": "nvl72-gb200", "gb300": "nvl72-gb300", "h800": "hgx-h800", "a800": "hgx-a800",
+    "gb200": "nvl72-gb200", "gb300": "nvl72-gb300", "h800": "hgx-h800", "a800": "hgx-a800", "v100": "dgx2-v100",
 }
 #: Parts of a known GPU with their own preset, recognised by words of the gpu cell: (gpu key, pattern, preset).
 #: An H100 with 95/96 GB of HBM2e at a 500 W limit is Meta's Grand Teton part (torchtitan's benchmarks).
