@@ -149,3 +149,39 @@ def test_a_gated_mlp_has_no_other_activation():
     with pytest.raises(TrainsimError, match=r"model\.activation"):
         Model(name="x", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1000, swiglu=True,
               activation="squared_relu")
+
+
+def test_fp8_sequence_parallel_gathers_move_the_quantized_tensor_where_the_stack_does():
+    """Transformer Engine gathers the FP8 norm output and the FP8 output gradient (``both``); torchtitan's Float8
+    tensorwise TP plan only the column-parallel inputs (``forward``); block-scaled recipes and 16-bit runs gather
+    16-bit tensors; reduce-scatters stay 16-bit."""
+    m = load_model("llama3-70b")
+
+    def gathers(fp8_tp_gather: str, precision: str = "fp8", recipe: str | None = None) -> tuple[float, float]:
+        w = layer_work(m, Shard(micro_batch=1, seq=4096, tp=8, sequence_parallel=True, precision=precision,
+                                fp8_recipe=recipe, fp8_tp_gather=fp8_tp_gather))
+        fwd = sum(c.nbytes for c in w.comm_fwd if c.collective == "all_gather")
+        grad = sum(c.nbytes for c in w.comm_bwd if c.collective == "all_gather" and "regather" not in c.name)
+        assert sum(c.nbytes for c in w.comm_fwd if c.collective == "reduce_scatter") == 2 * 4096 * 8192 * 2
+        return fwd, grad
+
+    bf16 = gathers("none", "bf16")
+    assert gathers("both") == (bf16[0] / 2, bf16[1] / 2)
+    assert gathers("forward") == (bf16[0] / 2, bf16[1])
+    assert gathers("none") == bf16
+
+
+def test_the_stacks_fp8_gathers_apply_to_per_tensor_recipes_only():
+    from trainsim.spec import Job, Parallelism, Training, load_system
+    from trainsim.workload.layers import shard_of
+
+    def shard(framework: str, recipe: str | None, system: str = "dgx-h100") -> Shard:
+        return shard_of(Job(model=load_model("llama3-70b"), system=load_system(system),
+                            parallelism=Parallelism(tp=8, sequence_parallel=True),
+                            training=Training(global_batch_size=8, precision="fp8", fp8_recipe=recipe),
+                            num_gpus=8, framework=framework))
+
+    assert shard("megatron-core", None).fp8_tp_gather == "both"
+    assert shard("torchtitan", "tensorwise").fp8_tp_gather == "forward"
+    assert shard("megatron-core", "blockwise").fp8_tp_gather == "none"
+    assert shard("megatron-core", "mxfp8", "dgx-b200").fp8_tp_gather == "none"

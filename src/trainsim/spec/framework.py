@@ -49,6 +49,8 @@ SelectiveRecompute = Literal["core_attention", "op"]
 MoeExpertLaunch = Literal["python_loop", "cpp_loop", "grouped_kernel"]
 #: The kernel library of a stack's flash attention (Framework.flash_kernel; trainsim.cost.attention_kernels).
 FlashKernel = Literal["cudnn", "fa3", "fa2", "cudnn-blackwell"]
+#: Which sequence-parallel all-gathers an FP8 run sends in FP8 (Framework.fp8_tp_gather).
+Fp8TpGather = Literal["none", "forward", "both"]
 CrossEntropyImpl = Literal["vocab_parallel", "torch", "torch_16bit"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
@@ -63,7 +65,7 @@ OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fu
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
                              "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists",
                              "train_metric_passes", "compiled_causal_mask", "attention_layout",
-                             "bf16_optimizer_partitions", "moe_tp_shards_sequence"})
+                             "bf16_optimizer_partitions", "moe_tp_shards_sequence", "fp8_tp_gather"})
 
 
 class Framework(Spec, frozen=True):
@@ -157,6 +159,11 @@ class Framework(Spec, frozen=True):
     overlap_param_gather: bool = Field(description="parameter all-gather overlapped with the forward pass "
                                                    "(distributed optimizer / ZeRO only)")
     tp_comm_overlap: bool = Field(description="TP communication overlapped with GEMMs (TE userbuffers; needs SP)")
+    fp8_tp_gather: Fp8TpGather | None = Field(
+        default=None, description="FP8 training with sequence parallelism under a per-tensor scaling recipe (delayed, "
+                                  "tensorwise): which all-gathers move the quantized tensor, 1 byte per element: "
+                                  "forward (the column-parallel inputs and their backward re-gather), both (also the "
+                                  "row-parallel output gradients); None: none (16-bit gathers)")
     async_tp_grad_reduce: Annotated[bool, Flag(
         "--no-async-tensor-model-parallel-allreduce", const=False,
         help="the input-gradient all-reduce of a column-parallel linear blocks instead of running under its "

@@ -60,6 +60,12 @@ RECIPES: dict[str, RecipeCost] = {
 }
 
 
+#: Recipes with one scale per tensor (``None``: Megatron's default, delayed): a stack can all-gather the quantized
+#: tensor and apply the one scale after the gather (Framework.fp8_tp_gather); the block-scaled recipes' scales are
+#: laid out per block of the local shard.
+PER_TENSOR_FP8_RECIPES: frozenset[str | None] = frozenset({None, "delayed", "tensorwise"})
+
+
 def recipe_cost(recipe: str | None) -> RecipeCost:
     """Costs of ``recipe`` (``None``: Megatron's default, delayed scaling)."""
     return RECIPES[recipe or "delayed"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from trainsim.parallel.layout import placements_of
 from trainsim.spec.training import element_bytes
 from trainsim.workload import fusion as fz
-from trainsim.workload.fp8 import recipe_cost, saved_input_bytes
+from trainsim.workload.fp8 import PER_TENSOR_FP8_RECIPES, recipe_cost, saved_input_bytes
 from trainsim.workload.fusion import DEFAULT_FUSION, Fusion, fusion_of
 from trainsim.workload.memo import per_job
 from trainsim.workload.ops import (
@@ -83,6 +83,7 @@ class Shard:
     flash_kernel: FlashKernel = "cudnn"  # the flash attention kernel library (Framework.flash_kernel)
     moe_dispatcher: str = "alltoall"  # alltoall (a copy per expert) or flex (DeepEP/HybridEP: a copy per node)
     ep_nodes: int = 1  # nodes the expert-parallel group spans (the flex dispatcher's network copies)
+    fp8_tp_gather: str = "none"  # FP8 sequence-parallel all-gathers of the stack: none, forward, both (Framework)
 
     def op_sac(self, model: Model, moe: bool) -> bool:
         """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
@@ -122,6 +123,13 @@ class Shard:
     def act_bytes(self) -> float:
         """Bytes per activation element."""
         return element_bytes(self.precision)
+
+    def tp_gather_bytes(self, backward_grad: bool = False) -> float:
+        """Bytes per element of a sequence-parallel all-gather: 1 where the stack gathers the FP8 tensor (the
+        column-parallel inputs and their re-gather under ``forward``; with ``backward_grad``, the row-parallel output
+        gradients, only under ``both``), else the activation size."""
+        fp8 = self.fp8_tp_gather == "both" or (self.fp8_tp_gather == "forward" and not backward_grad)
+        return 1.0 if fp8 else self.act_bytes
 
     @property
     def saved_input_bytes(self) -> float:
@@ -170,6 +178,16 @@ class Work:
 
 
 @per_job
+
+def _fp8_tp_gather(job: Job) -> str:
+    """The stack's FP8 sequence-parallel all-gathers (:attr:`Framework.fp8_tp_gather`) where they apply: FP8 training
+    under a per-tensor recipe; else none."""
+    tr = job.training
+    if tr.precision != "fp8" or tr.fp8_recipe not in PER_TENSOR_FP8_RECIPES:
+        return "none"
+    return job.framework.fp8_tp_gather or "none"
+
+
 def shard_of(job: Job) -> Shard:
     """The :class:`Shard` of a job."""
     par, tr = job.parallelism, job.training
@@ -201,6 +219,7 @@ def shard_of(job: Job) -> Shard:
         flash_kernel=job.framework.flash_kernel,
         moe_dispatcher=tr.moe_token_dispatcher,
         ep_nodes=placements_of(job)[Group.EP].nodes if par.ep > 1 else 1,
+        fp8_tp_gather=_fp8_tp_gather(job),
     )
 
 
@@ -259,6 +278,8 @@ def _tp_comm(shard: Shard, h: int, name: str, entering: bool, linear: Linear,
     size = shard.tokens * h * shard.act_bytes
     if shard.sequence_parallel:
         kind: Collective = "all_gather" if entering else "reduce_scatter"
+        if entering:
+            size = shard.tokens * h * shard.tp_gather_bytes()
         return (CommOp(name, kind, Group.TP, "fwd", size, Overlap.TP_COMM_OVERLAP, linear[0]),)
     if entering:
         return ()  # identity in forward, all-reduce in backward
@@ -282,10 +303,12 @@ def _tp_comm_bwd(shard: Shard, h: int, name: str, entering: bool, linear: Linear
         mode = Overlap.COMPUTE if shard.async_tp else Overlap.NONE
         ops = [CommOp(f"{name}_grad", kind, Group.TP, "bwd", size, mode, wgrad)]
         if shard.sequence_parallel:
-            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", size, mode, dgrad))
+            gathered = shard.tokens * h * shard.tp_gather_bytes()
+            ops.append(CommOp(f"{name}_regather", "all_gather", Group.TP, "bwd", gathered, mode, dgrad))
         return tuple(ops)
     if shard.sequence_parallel:
-        return (CommOp(f"{name}_grad", "all_gather", Group.TP, "bwd", size, Overlap.TP_COMM_OVERLAP, dgrad),)
+        gathered = shard.tokens * h * shard.tp_gather_bytes(backward_grad=True)
+        return (CommOp(f"{name}_grad", "all_gather", Group.TP, "bwd", gathered, Overlap.TP_COMM_OVERLAP, dgrad),)
     return ()
 
 
