@@ -285,3 +285,19 @@ def test_cli_nemo_automodel_predicts_a_moe_job(capsys):
     assert code == 0
     data = json.loads(out)
     assert data["job"]["framework"]["name"] == "nemo-automodel" and data["iteration_time_s"] > 0
+
+
+def test_alibi_models_attend_eagerly_in_transformers_model_code():
+    """transformers' ALiBi models (BLOOM, MPT, Baichuan-13B) have no SDPA or flash attention: under the stacks that
+    run transformers' model code the path is eager; an explicit backend and Megatron-DeepSpeed's own BLOOM code keep
+    theirs."""
+    def path(framework: str, attention: str | None = None) -> str:
+        par = Parallelism(tp=1 if framework in ("hf-transformers", "deepspeed") else 4)
+        return Job(model=load_model("bloom-176b").replace(num_layers=4), system=load_system("dgx-a100"),
+                   parallelism=par, training=Training(global_batch_size=8, attention=attention, zero_stage=3 if
+                   framework == "deepspeed" else None), num_gpus=8 * par.tp, framework=framework).attention_path
+
+    assert path("hf-transformers") == "eager" and path("deepspeed") == "eager"
+    assert path("hf-transformers", attention="flash") == "flash"
+    assert path("megatron-deepspeed") != "eager"
+    assert job("hf-transformers").attention_path == "flash"  # RoPE models keep SDPA's flash kernel

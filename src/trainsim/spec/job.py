@@ -251,6 +251,8 @@ def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
     heads = _model_heads(data.get("model"))
     path = fw.attention_path(seq, training.micro_batch_size * (heads // max(par.tp, 1))) if seq and heads else (
         "flash" if fw.attention_backend in ("flash", "fused") else "unfused")
+    if path == "flash" and training.attention is None and _alibi_in_transformers_code(fw, data.get("model")):
+        path = "eager"
     training = training.replace(zero_stage=zero, overlap_grad_reduce=ogr, overlap_param_gather=opg,
                                 tp_comm_overlap=tpo, grad_reduce_in_fp32=grads32, attention=path)
     return {**data, "framework": fw, "training": training}
@@ -262,6 +264,20 @@ def _model_seq(model: Any) -> int | None:
     if isinstance(model, dict):
         return model.get("seq_length")
     return None
+
+
+def _alibi_in_transformers_code(fw: Framework, model: Any) -> bool:
+    """Whether the stack runs transformers' model code (PyTorch SDPA's default order) on an ALiBi model: those
+    models attend eagerly, the fp32 softmax on the s² scores plus the bias (transformers ``BloomAttention`` and
+    ``MptAttention`` have no SDPA or flash variant; Baichuan-13B's remote code adds its ALiBi mask to eager
+    scores)."""
+    from trainsim.cost.attention_kernels import SDPA_DEFAULT_ORDER_STACKS
+
+    if fw.name not in SDPA_DEFAULT_ORDER_STACKS:
+        return False
+    if isinstance(model, Model):
+        return model.position_embedding_type == "alibi"
+    return isinstance(model, dict) and model.get("position_embedding_type") == "alibi"
 
 
 def _model_heads(model: Any) -> int | None:
