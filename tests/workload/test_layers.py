@@ -99,9 +99,10 @@ def test_fp8_linears_quantize_their_output_gradients_in_backward():
     assert not [op for op in layer_work(m, bf16, False).bwd if op.name == "fp8_grad_cast"]
 
 
-def test_deepspeed_pipeline_sends_the_whole_replicated_tensor_from_every_tp_rank():
-    """Megatron's engines send 1/tp of the replicated hidden states (scatter/gather); DeepSpeed's pipe engine sends
-    every TP rank's whole copy; a sequence-parallel tensor is split already."""
+def test_every_pipeline_engine_sends_each_tp_ranks_share():
+    """Megatron's engines send 1/tp of the replicated hidden states (scatter/gather), and so does DeepSpeed's pipe
+    engine (is_pipe_partitioned: a PartitionedTensor over the slice-parallel group); a sequence-parallel tensor is
+    split already."""
     from trainsim.spec import Job, Parallelism, Training, load_system
     from trainsim.workload.layers import shard_of
 
@@ -113,7 +114,7 @@ def test_deepspeed_pipeline_sends_the_whole_replicated_tensor_from_every_tp_rank
 
     tokens_h_bytes = 2048 * 12288 * 2
     assert p2p("megatron-core") == tokens_h_bytes / 8
-    assert p2p("megatron-deepspeed") == tokens_h_bytes
+    assert p2p("megatron-deepspeed") == tokens_h_bytes / 8
     assert p2p("megatron-core", sp=True) == p2p("megatron-deepspeed", sp=True) == tokens_h_bytes / 8
 
 

@@ -41,11 +41,6 @@ if TYPE_CHECKING:
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
 
-#: Pipeline engines whose stage-to-stage transfer sends each TP rank's whole (replicated) hidden states: DeepSpeed's
-#: ``deepspeed/runtime/pipe/engine.py`` ``_exec_send_activations`` / ``_exec_send_grads`` pass the stage's output
-#: tensors to ``p2p.send`` as they are, rank to rank, while Megatron's ``p2p_communication.py`` sends 1/tp of them and
-#: all-gathers on the receiver (``--scatter-gather-tensors-in-pipeline``, default since SC'21, Sec. 4.1).
-WHOLE_TENSOR_P2P_ENGINES = frozenset({"deepspeed"})
 
 #: A linear layer's forward, data-gradient and weight-gradient GEMMs.
 Linear = tuple[ComputeOp, ComputeOp, ComputeOp]
@@ -78,7 +73,6 @@ class Shard:
     async_tp: bool = True  # backward TP collectives of column-parallel linears under the wgrad/dgrad GEMMs
     selective: SelectiveRecompute = "core_attention"  # what "selective" recomputes: Megatron's core attention or
     # torchtitan's op-level checkpointing ("op")
-    p2p_split: bool = True  # a pipeline transfer carries this TP rank's share only (WHOLE_TENSOR_P2P_ENGINES: not)
     moe_expert_launch: MoeExpertLaunch = "cpp_loop"  # how the local experts are issued (Framework)
     flash_kernel: FlashKernel = "cudnn"  # the flash attention kernel library (Framework.flash_kernel)
     moe_dispatcher: str = "alltoall"  # alltoall (a copy per expert) or flex (DeepEP/HybridEP: a copy per node)
@@ -142,11 +136,13 @@ class Shard:
 
     def p2p_bytes(self, hidden_size: int) -> float:
         """Bytes of one pipeline transfer (activation or its gradient) of this micro-batch: ``tokens·h/tp``
-        elements per GPU where each TP rank sends its share (Megatron's scatter/gather of the replicated hidden
-        states, or a sequence-parallel tensor, already split); the whole ``tokens·h`` from every TP rank under an
-        engine that sends the replicated tensor as it is (:data:`WHOLE_TENSOR_P2P_ENGINES`)."""
-        split = self.tp if self.p2p_split or (self.sequence_parallel and self.tp > 1) else 1
-        return self.tokens * hidden_size * self.act_bytes / split
+        elements per GPU, each TP rank sending its share. A sequence-parallel tensor is split already; the
+        replicated hidden states are split by the sender and all-gathered by the receiver, by Megatron
+        (``p2p_communication.py``, ``--scatter-gather-tensors-in-pipeline``, SC'21 Sec. 4.1) and by DeepSpeed's
+        pipeline engine alike (``deepspeed/runtime/pipe/engine.py``: ``is_pipe_partitioned`` /
+        ``is_grad_partitioned`` with model parallelism, a ``PartitionedTensor`` over the slice-parallel group sent
+        in ``_exec_forward_pass`` and gathered with ``.full()`` on the receiving stage)."""
+        return self.tokens * hidden_size * self.act_bytes / self.tp
 
     @property
     def act_dtype(self) -> str:
@@ -214,7 +210,6 @@ def shard_of(job: Job) -> Shard:
         cp_a2a=job.cp_levels[0],
         async_tp=job.framework.async_tp_grad_reduce,
         selective=job.framework.selective_recompute,
-        p2p_split=job.framework.pipeline_engine not in WHOLE_TENSOR_P2P_ENGINES,
         moe_expert_launch=job.framework.moe_expert_launch,
         flash_kernel=job.framework.flash_kernel,
         moe_dispatcher=tr.moe_token_dispatcher,
