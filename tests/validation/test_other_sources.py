@@ -1023,3 +1023,11 @@ def test_v100_rows_run_on_the_dgx2_preset(tmp_path):
     m = one(tmp_path, gpu="V100-SXM3-32GB", precision="fp16", source="Megatron-LM paper 2019", num_gpus=32,
             gpus_per_node=16)
     assert m.job.system.name == "dgx2-v100" and m.job.training.precision == "fp16"
+
+
+def test_an_unstated_or_mixed_precision_on_volta_is_fp16(tmp_path):
+    """Volta has FP16 tensor cores only: an empty or unnamed mixed-precision cell is fp16 there."""
+    for precision in (None, "amp"):
+        m = one(tmp_path, gpu="V100-SXM3-32GB", precision=precision, source="Microsoft DeepSpeed ZeRO-3 blog",
+                num_gpus=16, gpus_per_node=16, global_batch=16, zero=3)
+        assert m.job.training.precision == "fp16"

@@ -664,7 +664,7 @@ def generic_rules_lines() -> list[str]:
         "  (`no FlashAttention-2`, `without activation checkpointing`, `activation checkpointing not stated`) sets",
         "  nothing, except that recomputation stated as off is none.",
         "- **Empty cells**: " + ", ".join(f"{k}={v}" for k, v in ROW_DEFAULTS.items()) + ";",
-        f"  per framework: {fw_defaults}.",
+        f"  per framework: {fw_defaults}; precision fp16 on a GPU without BF16 tensor cores (Volta).",
         "  `zero`, the overlap flags, the gradient-reduce dtype and the attention path come from the profile",
         "  (`default_zero_stage`: NeMo 1, FSDP and torchtitan 3, the others 0); tp/pp/vpp/cp/ep 1; dp from the",
         "  GPU count. The run ran, so it fit: an unstated ZeRO stage whose profile default would leave it out of",

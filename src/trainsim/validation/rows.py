@@ -7,7 +7,8 @@ Megatron argument (:data:`~trainsim.validation.row_rules.NOTES_FLAGS`, e.g. ``--
 ``--use-distributed-optimizer``, ``--overlap-grad-reduce``), else the framework's default, all listed here and in
 docs/VALIDATION.md ("Settings chosen for cells the sources leave empty"):
 
-- ``precision``: bf16 (fp16 for ``megatron-lm-2021``, whose 2021 examples train with ``--fp16``);
+- ``precision``: bf16 (fp16 for ``megatron-lm-2021``, whose 2021 examples train with ``--fp16``, and on a GPU without
+  BF16 tensor cores, Volta);
 - ``micro_batch``: 1 for the Megatron stacks (their scripts set ``--micro-batch-size``, mostly 1); for ``fsdp``,
   ``deepspeed``, ``hf-transformers`` and ``torchtitan`` the whole local batch ``global_batch / dp`` in one micro-batch
   (no gradient accumulation unless stated: Hugging Face ``gradient_accumulation_steps`` and DeepSpeed
@@ -619,6 +620,8 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         stack_notes.append("fp32 parameters, gradients and optimizer states (mixed precision: torch.autocast)")
     d = row_defaults(framework.name)
     system, sys_notes = row_system(row)
+    if system.gpu.peak_flops.bf16 is None:
+        d = {**d, "precision": "fp16"}  # the only 16-bit tensor-core type of the GPU (Volta)
     model, model_notes = row_model(row, framework.name)
     sp_default = d["sp"] or framework.tp_shards_sequence  # torchtitan's and Meta's TP always shard the sequence
     par, par_notes = row_parallelism(row, model.num_layers, sp_default, notes, stated, framework)
