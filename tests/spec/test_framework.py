@@ -301,3 +301,14 @@ def test_alibi_models_attend_eagerly_in_transformers_model_code():
     assert path("hf-transformers", attention="flash") == "flash"
     assert path("megatron-deepspeed") != "eager"
     assert job("hf-transformers").attention_path == "flash"  # RoPE models keep SDPA's flash kernel
+    # the fact travels with the profile (Framework.transformers_model_code), also into one that extends it
+
+
+def test_a_profile_extending_a_transformers_stack_keeps_its_attention_facts(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("extends: hf-transformers\nname: my-trainer\n")
+    fw = load_framework(str(mine))
+    assert fw.transformers_model_code and not load_framework("llm-foundry").transformers_model_code
+    alibi = Job(model=load_model("bloom-176b").replace(num_layers=4), system=load_system("dgx-a100"),
+                parallelism=Parallelism(), training=Training(global_batch_size=8), num_gpus=8, framework=fw)
+    assert alibi.attention_path == "eager"

@@ -35,11 +35,6 @@ ASYNC_MMA_GENERATIONS = frozenset({"hopper", "blackwell"})
 #: (Ampere) or newer; PyTorch's SDPA falls back to its memory-efficient kernel there, Transformer Engine to its
 #: unfused attention.
 NO_FLASH_GENERATIONS = frozenset({"volta"})
-#: Stacks whose flash attention is PyTorch's ``scaled_dot_product_attention`` with its default backend order
-#: (transformers models): the PyTorch release decides the kernel (:func:`sdpa_kernel`), and on a GPU of
-#: :data:`NO_FLASH_GENERATIONS` SDPA runs its memory-efficient kernel (a fused kernel that keeps no s² scores).
-#: torchtitan passes its own backend list and llm-foundry calls flash-attn directly.
-SDPA_DEFAULT_ORDER_STACKS = frozenset({"hf-transformers", "fsdp", "deepspeed"})
 TABLE = ("data", "kernels", "flash-attention-h100.csv")
 
 

@@ -65,7 +65,8 @@ OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fu
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
                              "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists",
                              "train_metric_passes", "compiled_causal_mask", "attention_layout",
-                             "bf16_optimizer_partitions", "moe_tp_shards_sequence", "fp8_tp_gather"})
+                             "bf16_optimizer_partitions", "moe_tp_shards_sequence", "fp8_tp_gather",
+                             "transformers_model_code"})
 
 
 class Framework(Spec, frozen=True):
@@ -159,6 +160,11 @@ class Framework(Spec, frozen=True):
     overlap_param_gather: bool = Field(description="parameter all-gather overlapped with the forward pass "
                                                    "(distributed optimizer / ZeRO only)")
     tp_comm_overlap: bool = Field(description="TP communication overlapped with GEMMs (TE userbuffers; needs SP)")
+    transformers_model_code: bool | None = Field(
+        default=None, description="the stack trains transformers' modeling code: flash attention goes through PyTorch "
+                                  "SDPA's default backend order (the PyTorch release picks the kernel; a GPU no "
+                                  "flash kernel runs on gets SDPA's memory-efficient kernel) and ALiBi models, which "
+                                  "transformers implements without SDPA, attend eagerly; None: no")
     fp8_tp_gather: Fp8TpGather | None = Field(
         default=None, description="FP8 training with sequence parallelism under a per-tensor scaling recipe (delayed, "
                                   "tensorwise): which all-gathers move the quantized tensor, 1 byte per element: "

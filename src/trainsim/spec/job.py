@@ -267,13 +267,11 @@ def _model_seq(model: Any) -> int | None:
 
 
 def _alibi_in_transformers_code(fw: Framework, model: Any) -> bool:
-    """Whether the stack runs transformers' model code (PyTorch SDPA's default order) on an ALiBi model: those
-    models attend eagerly, the fp32 softmax on the s² scores plus the bias (transformers ``BloomAttention`` and
-    ``MptAttention`` have no SDPA or flash variant; Baichuan-13B's remote code adds its ALiBi mask to eager
+    """Whether the stack runs transformers' model code (``Framework.transformers_model_code``) on an ALiBi model:
+    those models attend eagerly, the fp32 softmax on the s² scores plus the bias (transformers ``BloomAttention``
+    and ``MptAttention`` have no SDPA or flash variant; Baichuan-13B's remote code adds its ALiBi mask to eager
     scores)."""
-    from trainsim.cost.attention_kernels import SDPA_DEFAULT_ORDER_STACKS
-
-    if fw.name not in SDPA_DEFAULT_ORDER_STACKS:
+    if not fw.transformers_model_code:
         return False
     if isinstance(model, Model):
         return model.position_embedding_type == "alibi"
@@ -519,12 +517,13 @@ def check_framework(job: Job) -> None:
 
 def _check_flash_runs(job: Job) -> None:
     """Flash attention needs a GPU its kernels run on (:data:`~trainsim.cost.attention_kernels.NO_FLASH_GENERATIONS`),
-    except under PyTorch SDPA's default backend order, which falls back to its memory-efficient fused kernel."""
-    from trainsim.cost.attention_kernels import NO_FLASH_GENERATIONS, SDPA_DEFAULT_ORDER_STACKS
+    except under transformers' model code (PyTorch SDPA's default backend order), which falls back to its
+    memory-efficient fused kernel."""
+    from trainsim.cost.attention_kernels import NO_FLASH_GENERATIONS
 
     gpu = job.system.gpu
     if (job.attention_path == "flash" and gpu.generation in NO_FLASH_GENERATIONS
-            and job.framework.name not in SDPA_DEFAULT_ORDER_STACKS):
+            and not job.framework.transformers_model_code):
         raise TrainsimError(
             "training.attention", f"flash attention does not run on {gpu.name} ({gpu.generation}): FlashAttention "
             "and cuDNN fused attention need Ampere (sm80) or newer",

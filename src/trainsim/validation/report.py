@@ -34,7 +34,7 @@ from trainsim.errors import TrainsimError
 from trainsim.estimate import BREAKDOWN_KEYS
 from trainsim.io.atomic import write_text_atomic
 from trainsim.predictor import predict
-from trainsim.spec.framework import list_frameworks
+from trainsim.spec.framework import list_frameworks, load_framework
 from trainsim.spec.job import Job
 from trainsim.spec.training import Recompute
 from trainsim.validation.fit import FIT_PARAMETERS, FitResult, fit_generation, rows_by_generation
@@ -46,7 +46,6 @@ from trainsim.validation.row_rules import (
     EQ3_FRAMEWORKS,
     FALLBACK_FRAMEWORK,
     FRAMEWORK_KEYWORDS,
-    SDPA_STACKS,
     SYSTEM_FOR_GPU_KEY,
     TORCHTITAN_FUSED_NORM_LAST_YEAR,
     notes_flag_names,
@@ -651,7 +650,8 @@ def generic_rules_lines() -> list[str]:
         "  notes (FlashAttention-2 / `flash_attention_2` / `--use-flash-attn-v2`, FlashAttention-3, cuDNN attention)",
         "  sets the profile's `flash_kernel`; else a PyTorch release named in the notes or source (`PyTorch 2.11`,",
         "  `torch==2.4.1`) decides it for the stacks that attend through SDPA's default backend order ("
-        + ", ".join(f"`{n}`" for n in sorted(SDPA_STACKS)) + "): cuDNN from 2.11 on, FlashAttention-2 before.",
+        + ", ".join(f"`{n}`" for n in sorted(list_frameworks()) if load_framework(n).transformers_model_code)
+        + "): cuDNN from 2.11 on, FlashAttention-2 before.",
         "  PyTorch FlexAttention (FlexAttn, `attn: flex`) is priced as FlashAttention-2. A recipe's",
         "  `reshard_after_forward: true|false` sets the FSDP2 field of that name and `fp32_upcast: true|false`",
         "  (NeMo AutoModel's MaskedCrossEntropy) the loss on fp32 or on the 16-bit logits (`cross_entropy_impl`).",

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainsim.cost.attention_kernels import SDPA_DEFAULT_ORDER_STACKS, sdpa_kernel
+from trainsim.cost.attention_kernels import sdpa_kernel
 from trainsim.spec.framework import FlashKernel, list_frameworks
 from trainsim.spec.pipeline_split import vpp_from_layers_per_chunk
 
@@ -272,9 +272,6 @@ _NOT_OFF = r"(?!\W*(?i:false|off|no|none|disabled)\b)"
 FRAMEWORK_NOTES = ("torch_compile", "cuda_graphs", "sharding_strategy", "flash_kernel", "cp_comm_type",
                    "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype", "reshard_after_forward",
                    "cross_entropy_impl")
-#: Stacks whose flash attention is PyTorch's SDPA with its default backend order (owned by
-#: trainsim.cost.attention_kernels): the PyTorch version a row names decides the kernel library.
-SDPA_STACKS = SDPA_DEFAULT_ORDER_STACKS
 #: A PyTorch version written in a row's text ("PyTorch 2.11", "torch==2.4.1", "torch 2.5").
 TORCH_VERSION = re.compile(r"(?i)\b(?:pytorch|torch)\s*(?:==|v)?\s*(\d+\.\d+)(?:\.\d+)?\b")
 

@@ -84,7 +84,6 @@ from trainsim.validation.row_rules import (
     NO_DROPOUT_GPT_FRAMEWORKS,
     NON_TRANSFORMER_NAME,
     NVL_TRAY_GPUS,
-    SDPA_STACKS,
     SYSTEM_FOR_GPU_KEY,
     UNMODELLED_OFFLOAD,
     Family,
@@ -608,7 +607,7 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         framework = framework.replace(**switched)
     stack_notes: list[str] = []
     named = sdpa_kernel_named(notes, _text(row, "source") or "")
-    if named and "flash_kernel" not in stated and framework.name in SDPA_STACKS:
+    if named and "flash_kernel" not in stated and framework.transformers_model_code:
         # SDPA's backend order depends on the PyTorch release: cuDNN attention from 2.11 on, its flash kernel before
         framework = framework.replace(flash_kernel=named[1])
         stack_notes.append(f"flash kernel {named[1]} (SDPA under PyTorch {named[0]})")

@@ -37,7 +37,7 @@ from trainsim.workload.ops import (
 from trainsim.workload.routing import network_copy_ratio
 
 if TYPE_CHECKING:
-    from trainsim.spec.framework import FlashKernel, MoeExpertLaunch, SelectiveRecompute
+    from trainsim.spec.framework import FlashKernel, Fp8TpGather, MoeExpertLaunch, SelectiveRecompute
     from trainsim.spec.job import Job
     from trainsim.spec.model import Model
 
@@ -77,7 +77,7 @@ class Shard:
     flash_kernel: FlashKernel = "cudnn"  # the flash attention kernel library (Framework.flash_kernel)
     moe_dispatcher: str = "alltoall"  # alltoall (a copy per expert) or flex (DeepEP/HybridEP: a copy per node)
     ep_nodes: int = 1  # nodes the expert-parallel group spans (the flex dispatcher's network copies)
-    fp8_tp_gather: str = "none"  # FP8 sequence-parallel all-gathers of the stack: none, forward, both (Framework)
+    fp8_tp_gather: Fp8TpGather = "none"  # FP8 sequence-parallel all-gathers of the stack (Framework.fp8_tp_gather)
 
     def op_sac(self, model: Model, moe: bool) -> bool:
         """Whether a layer of ``model`` runs op-level selective checkpointing (dense, non-MLA layers under a stack
@@ -175,7 +175,7 @@ class Work:
 
 @per_job
 
-def _fp8_tp_gather(job: Job) -> str:
+def _fp8_tp_gather(job: Job) -> Fp8TpGather:
     """The stack's FP8 sequence-parallel all-gathers (:attr:`Framework.fp8_tp_gather`) where they apply: FP8 training
     under a per-tensor recipe; else none."""
     tr = job.training
@@ -270,14 +270,13 @@ def _tp_comm(shard: Shard, h: int, name: str, entering: bool, linear: Linear,
     """
     if shard.tp == 1:
         return ()
-    size = shard.tokens * h * shard.act_bytes
     if shard.sequence_parallel:
         kind: Collective = "all_gather" if entering else "reduce_scatter"
-        if entering:
-            size = shard.tokens * h * shard.tp_gather_bytes()
-        return (CommOp(name, kind, Group.TP, "fwd", size, Overlap.TP_COMM_OVERLAP, linear[0]),)
+        e = shard.tp_gather_bytes() if entering else shard.act_bytes
+        return (CommOp(name, kind, Group.TP, "fwd", shard.tokens * h * e, Overlap.TP_COMM_OVERLAP, linear[0]),)
     if entering:
         return ()  # identity in forward, all-reduce in backward
+    size = shard.tokens * h * shard.act_bytes
     return (CommOp(name, "all_reduce", Group.TP, "fwd", size, anchor=anchor, before=True),)
 
 
