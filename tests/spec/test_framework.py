@@ -304,6 +304,26 @@ def test_alibi_models_attend_eagerly_in_transformers_model_code():
     # the fact travels with the profile (Framework.transformers_model_code), also into one that extends it
 
 
+def test_attention_sink_models_attend_eagerly_in_transformers_model_code():
+    """GPT-OSS's attention sinks: transformers declares no SDPA variant (eager by default), Megatron-Core runs them
+    in cuDNN's fused attention; an explicit backend (the hub's flash kernel) wins."""
+    model = load_model("gpt-oss-20b").replace(num_layers=2)
+
+    def path(framework: str, attention: str | None = None) -> str:
+        ep = 1 if framework in ("hf-transformers", "fsdp") else 8
+        return Job(model=model, system=load_system("dgx-h100"), parallelism=Parallelism(ep=ep),
+                   training=Training(global_batch_size=8, attention=attention), num_gpus=8,
+                   framework=framework).attention_path
+
+    assert path("hf-transformers") == "eager" and path("fsdp") == "eager"
+    assert path("hf-transformers", attention="flash") == "flash"
+    assert path("megatron-core") == "flash" and path("torchtitan") == "flash"
+    # without sinks the same model keeps SDPA's flash kernel
+    assert Job(model=model.replace(attention_sinks=False), system=load_system("dgx-h100"),
+               parallelism=Parallelism(), training=Training(global_batch_size=8), num_gpus=8,
+               framework="hf-transformers").attention_path == "flash"
+
+
 def test_a_profile_extending_a_transformers_stack_keeps_its_attention_facts(tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text("extends: hf-transformers\nname: my-trainer\n")

@@ -163,8 +163,9 @@ class Framework(Spec, frozen=True):
     transformers_model_code: bool | None = Field(
         default=None, description="the stack trains transformers' modeling code: flash attention goes through PyTorch "
                                   "SDPA's default backend order (the PyTorch release picks the kernel; a GPU no "
-                                  "flash kernel runs on gets SDPA's memory-efficient kernel) and ALiBi models, which "
-                                  "transformers implements without SDPA, attend eagerly; None: no")
+                                  "flash kernel runs on gets SDPA's memory-efficient kernel) and ALiBi or "
+                                  "attention-sink models (BLOOM, MPT, GPT-OSS), which transformers implements without "
+                                  "SDPA, attend eagerly; None: no")
     fp8_tp_gather: Fp8TpGather | None = Field(
         default=None, description="FP8 training with sequence parallelism under a per-tensor scaling recipe (delayed, "
                                   "tensorwise): which all-gathers move the quantized tensor, 1 byte per element: "

@@ -251,7 +251,7 @@ def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
     heads = _model_heads(data.get("model"))
     path = fw.attention_path(seq, training.micro_batch_size * (heads // max(par.tp, 1))) if seq and heads else (
         "flash" if fw.attention_backend in ("flash", "fused") else "unfused")
-    if path == "flash" and training.attention is None and _alibi_in_transformers_code(fw, data.get("model")):
+    if path == "flash" and training.attention is None and _eager_in_transformers_code(fw, data.get("model")):
         path = "eager"
     training = training.replace(zero_stage=zero, overlap_grad_reduce=ogr, overlap_param_gather=opg,
                                 tp_comm_overlap=tpo, grad_reduce_in_fp32=grads32, attention=path)
@@ -266,16 +266,22 @@ def _model_seq(model: Any) -> int | None:
     return None
 
 
-def _alibi_in_transformers_code(fw: Framework, model: Any) -> bool:
-    """Whether the stack runs transformers' model code (``Framework.transformers_model_code``) on an ALiBi model:
-    those models attend eagerly, the fp32 softmax on the s² scores plus the bias (transformers ``BloomAttention``
-    and ``MptAttention`` have no SDPA or flash variant; Baichuan-13B's remote code adds its ALiBi mask to eager
-    scores)."""
+def _eager_in_transformers_code(fw: Framework, model: Any) -> bool:
+    """Whether the stack runs transformers' model code (``Framework.transformers_model_code``) on a model whose
+    attention transformers implements eagerly only: the fp32 softmax on all s² scores plus the variant's term.
+
+    * ALiBi: transformers ``BloomAttention`` and ``MptAttention`` have no SDPA or flash variant; Baichuan-13B's remote
+      code adds its ALiBi mask to eager scores.
+    * Attention sinks (GPT-OSS): ``GptOssPreTrainedModel._supports_sdpa = False``, so the default
+      ``attn_implementation`` is eager (a sink logit joins each row's softmax); its only flash path is the hub kernel
+      ``kernels-community/vllm-flash-attn3``, which a user selects with ``--attention flash``.
+    """
     if not fw.transformers_model_code:
         return False
     if isinstance(model, Model):
-        return model.position_embedding_type == "alibi"
-    return isinstance(model, dict) and model.get("position_embedding_type") == "alibi"
+        return model.position_embedding_type == "alibi" or model.attention_sinks
+    return isinstance(model, dict) and (model.get("position_embedding_type") == "alibi"
+                                        or bool(model.get("attention_sinks")))
 
 
 def _model_heads(model: Any) -> int | None:
