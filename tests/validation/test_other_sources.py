@@ -828,6 +828,15 @@ def test_torchtitan_rows_take_the_norm_of_their_year(source, expected):
     assert infer_framework(None, source, "")[0] == expected
 
 
+@pytest.mark.parametrize(("source", "expected"), [
+    ("MosaicML llm-foundry scripts/train/benchmarking/README.md 2023", "llm-foundry@0.2"),  # Triton FA-1 for ALiBi
+    ("llm-foundry MPT benchmarks 2024", "llm-foundry"),
+    ("MosaicML Composer", "llm-foundry"),  # no year: the current stack
+])
+def test_llm_foundry_rows_take_the_attention_kernel_of_their_year(source, expected):
+    assert infer_framework(None, source, "")[0] == expected
+
+
 def test_torchtitan_2024_runs_the_fused_rmsnorm_and_keeps_less_per_layer(tmp_path):
     """The 2024 train configs' Triton RMSNorm keeps its bf16 input and rstd instead of the fp32 upcast and the
     normalised tensor: a Llama 2 13B layer without checkpointing (the 64-A100 run of torchtitan's performance

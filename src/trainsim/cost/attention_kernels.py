@@ -15,6 +15,12 @@ Kernel libraries (``Framework.flash_kernel``):
 - ``cudnn``: cuDNN fused attention (Transformer Engine on Hopper+, PyTorch >= 2.11 SDPA on sm90/sm100);
 - ``fa3``: FlashAttention-3 (Hopper kernels; at least cuDNN's throughput in the same benchmark, priced as cuDNN);
 - ``fa2``: FlashAttention-2 on every GPU;
+- ``fa1``: FlashAttention-1's algorithm (flash-attn 1.x and its Triton port ``flash_attn_triton.py``, which
+  llm-foundry's ``attn_impl: triton`` runs): FlashAttention-2 is "around 2x faster" (T. Dao, *FlashAttention-2:
+  Faster Attention with Better Parallelism and Work Partitioning*, ICLR 2024, arXiv:2307.08691, abstract), so
+  :data:`FA1_OVER_FA2` of the FlashAttention-2 price on Hopper and Blackwell; on the A100, where the same paper gives
+  FlashAttention-1's absolute level ("only 25-40% of the theoretical maximum FLOPs/s"), the midpoint of that range,
+  :data:`FA1_AMPERE_EFFICIENCY`, forward and backward alike (:func:`flash_kernel_efficiency`);
 - ``cudnn-blackwell``: cuDNN from Blackwell on, FlashAttention-2 before (torchtitan's SDPA backend list).
 """
 
@@ -36,6 +42,12 @@ ASYNC_MMA_GENERATIONS = frozenset({"hopper", "blackwell"})
 #: unfused attention.
 NO_FLASH_GENERATIONS = frozenset({"volta"})
 TABLE = ("data", "kernels", "flash-attention-h100.csv")
+#: FlashAttention-1's throughput relative to FlashAttention-2's ("around 2x speedup compared to FlashAttention",
+#: arXiv:2307.08691 abstract): the same mma.sync instructions, without FlashAttention-2's work partitioning.
+FA1_OVER_FA2 = 0.5
+#: FlashAttention-1's efficiency on the A100, forward and backward: "reaching only 25-40% of the theoretical maximum
+#: FLOPs/s" (arXiv:2307.08691 abstract), the midpoint.
+FA1_AMPERE_EFFICIENCY = 0.325
 
 
 @cache
@@ -72,10 +84,23 @@ def runs_fa2(kernel: FlashKernel | str, generation: str) -> bool:
 def flash_kernel_factor(kernel: str, generation: str, head_dim: int) -> float:
     """Throughput of the stack's flash kernel relative to the modelled one (cuDNN on Hopper and newer, the
     calibrated kernel on older GPUs): :func:`fa2_ratio` where FlashAttention-2 runs on a Hopper or Blackwell part,
-    else 1."""
-    if generation in ASYNC_MMA_GENERATIONS and runs_fa2(kernel, generation):
-        return fa2_ratio(head_dim)
+    :data:`FA1_OVER_FA2` of that for FlashAttention-1, else 1 (FlashAttention-1 on older GPUs has its own absolute
+    efficiency, :func:`flash_kernel_efficiency`)."""
+    if generation in ASYNC_MMA_GENERATIONS:
+        if kernel == "fa1":
+            return FA1_OVER_FA2 * fa2_ratio(head_dim)
+        if runs_fa2(kernel, generation):
+            return fa2_ratio(head_dim)
     return 1.0
+
+
+def flash_kernel_efficiency(kernel: str, generation: str) -> float | None:
+    """The documented efficiency (fraction of the 16-bit peak, forward and backward) of a kernel library on a GPU
+    generation where it replaces the modelled flash kernel outright: FlashAttention-1 on Ampere
+    (:data:`FA1_AMPERE_EFFICIENCY`); ``None`` elsewhere (the library is priced by :func:`flash_kernel_factor`)."""
+    if kernel == "fa1" and generation not in ASYNC_MMA_GENERATIONS:
+        return FA1_AMPERE_EFFICIENCY
+    return None
 
 
 #: The first PyTorch release whose bundled cuDNN (> 9.15) makes SDPA prefer cuDNN attention on sm90/sm100.

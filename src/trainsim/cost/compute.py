@@ -7,7 +7,8 @@
 - FlashAttention: FLOPs (causal half skipped) at the generation's attention efficiency, scaled by wave quantization of
   128-row query tiles and by head size (smaller heads use the tensor cores less well); the backward pass runs at 0.8
   of the forward efficiency; a stack's FlashAttention-2 on Hopper/Blackwell runs at
-  :func:`~trainsim.cost.attention_kernels.flash_kernel_factor` of it.
+  :func:`~trainsim.cost.attention_kernels.flash_kernel_factor` of it, FlashAttention-1 on Ampere at its published
+  level (:func:`~trainsim.cost.attention_kernels.flash_kernel_efficiency`).
 - Elementwise/norm/softmax kernels: memory-bound, bytes at the achieved HBM bandwidth.
 
 Every kernel also pays :attr:`~trainsim.cost.calibration.Calibration.kernel_overhead_s`.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from trainsim.cost.attention_kernels import flash_kernel_factor
+from trainsim.cost.attention_kernels import flash_kernel_efficiency, flash_kernel_factor
 from trainsim.cost.calibration import Calibration
 from trainsim.spec.system import GPU
 from trainsim.workload.ops import LOW_PRECISION, ComputeOp
@@ -72,11 +73,14 @@ def op_time(op: ComputeOp, gpu: GPU, calib: Calibration) -> float:
         assert op.attn is not None
         batch, heads, seq_q, _seq_kv, head_dim, _causal = op.attn
         tiles = batch * heads * math.ceil(seq_q / ATTENTION_Q_TILE)
-        eff = calib.attention_efficiency * _wave_utilisation(tiles, gpu.num_sms)
-        eff *= min(1.0, head_dim / 128) ** 0.3
-        if op.phase == "bwd":
-            eff *= ATTENTION_BWD_RATIO
-        eff *= op.efficiency * flash_kernel_factor(op.kernel, gpu.generation, head_dim)
+        wave = _wave_utilisation(tiles, gpu.num_sms)
+        if (documented := flash_kernel_efficiency(op.kernel, gpu.generation)) is not None:
+            eff = documented * wave * op.efficiency  # the library's published level, both passes
+        else:
+            eff = calib.attention_efficiency * wave * min(1.0, head_dim / 128) ** 0.3
+            if op.phase == "bwd":
+                eff *= ATTENTION_BWD_RATIO
+            eff *= op.efficiency * flash_kernel_factor(op.kernel, gpu.generation, head_dim)
         compute_time = op.flops / (_peak(gpu, "bf16" if op.dtype in LOW_PRECISION else op.dtype) * eff)
         return max(compute_time, memory_time) + calib.kernel_overhead_s
     compute_time = op.flops / gpu.vector_flops if op.flops else 0.0

@@ -48,7 +48,7 @@ SelectiveRecompute = Literal["core_attention", "op"]
 #: How a stack issues the local experts' GEMMs (Framework.moe_expert_launch).
 MoeExpertLaunch = Literal["python_loop", "cpp_loop", "grouped_kernel"]
 #: The kernel library of a stack's flash attention (Framework.flash_kernel; trainsim.cost.attention_kernels).
-FlashKernel = Literal["cudnn", "fa3", "fa2", "cudnn-blackwell"]
+FlashKernel = Literal["cudnn", "fa3", "fa2", "fa1", "cudnn-blackwell"]
 #: Which sequence-parallel all-gathers an FP8 run sends in FP8 (Framework.fp8_tp_gather).
 Fp8TpGather = Literal["none", "forward", "both"]
 CrossEntropyImpl = Literal["vocab_parallel", "torch", "torch_16bit"]
@@ -89,11 +89,13 @@ class Framework(Spec, frozen=True):
                     "tensors), unfused (TE's unfused DotProductAttention), local (Megatron's own DotProductAttention)")
     flash_kernel: Annotated[FlashKernel, Flag(
         "--flash-kernel", megatron=False,
-        help="cudnn, fa3, fa2 or cudnn-blackwell: the flash attention kernel library")] = Field(
+        help="cudnn, fa3, fa2, fa1 or cudnn-blackwell: the flash attention kernel library")] = Field(
         description="the flash attention kernel library: cudnn (cuDNN fused attention: Transformer Engine on Hopper "
                     "and newer, PyTorch >= 2.11 SDPA), fa3 (FlashAttention-3), fa2 (FlashAttention-2: flash-attn "
-                    "2.x, PyTorch < 2.11 SDPA; about 0.6 of cuDNN's throughput on Hopper and Blackwell) or "
-                    "cudnn-blackwell (cuDNN from Blackwell on, FlashAttention-2 before: torchtitan)")
+                    "2.x, PyTorch < 2.11 SDPA; about 0.6 of cuDNN's throughput on Hopper and Blackwell), fa1 "
+                    "(FlashAttention-1's algorithm: flash-attn 1.x and its Triton port; half of FlashAttention-2's "
+                    "throughput, 32.5 % of the A100's peak) or cudnn-blackwell (cuDNN from Blackwell on, "
+                    "FlashAttention-2 before: torchtitan)")
     masked_softmax_fusion: Annotated[bool, Flag(
         "--no-masked-softmax-fusion", const=False,
         help="eager softmax instead of the fused scale-mask-softmax kernel")] = Field(

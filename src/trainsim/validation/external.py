@@ -1,6 +1,8 @@
 """Published training runs outside the calibration data, predicted with the shipped constants (never fitted).
 
 ``trainsim/data/public/llm_foundry_benchmarks.csv``: MosaicML llm-foundry's MPT benchmark tables (FSDP);
+``llm_foundry_more.csv``: every other row of their H100 BF16, H100 FP8 and A100 80GB tables (sequences of 512 to
+65,536 tokens);
 ``megatron_bridge_25_11.csv``: Megatron-Bridge's 25.11 performance summary (GB300, GB200, B200, H100; dense and
 mixture-of-experts); ``nemo_25_02_04.csv``: the NeMo 25.02 (DGX-B200) and 25.04 (DGX-GB200) performance summaries;
 ``torchtitan_a100.csv``: torchtitan's FSDP2 numbers on 64 A100; ``torchtitan_h100.csv``: its December 2024 1D-4D
@@ -17,8 +19,8 @@ from pathlib import Path
 from trainsim.spec.job import Job
 from trainsim.validation.measurements import load_table
 
-EXTERNAL_FILES = ("llm_foundry_benchmarks.csv", "megatron_bridge_25_11.csv", "megatron_moe_modelzoo.csv",
-                  "nemo_25_02_04.csv", "torchtitan_a100.csv", "torchtitan_h100.csv")
+EXTERNAL_FILES = ("llm_foundry_benchmarks.csv", "llm_foundry_more.csv", "megatron_bridge_25_11.csv",
+                  "megatron_moe_modelzoo.csv", "nemo_25_02_04.csv", "torchtitan_a100.csv", "torchtitan_h100.csv")
 
 
 def external_path(name: str) -> Path:

@@ -46,6 +46,7 @@ from trainsim.validation.row_rules import (
     EQ3_FRAMEWORKS,
     FALLBACK_FRAMEWORK,
     FRAMEWORK_KEYWORDS,
+    LLM_FOUNDRY_TRITON_LAST_YEAR,
     SYSTEM_FOR_GPU_KEY,
     TORCHTITAN_FUSED_NORM_LAST_YEAR,
     notes_flag_names,
@@ -622,6 +623,9 @@ def generic_rules_lines() -> list[str]:
         f"  `torchtitan-by-year`: the first year in the text, {TORCHTITAN_FUSED_NORM_LAST_YEAR} or earlier →"
         " `torchtitan@2024` (the train",
         "  configs' Triton fused RMSNorm, norm_type `fused_rmsnorm`, until August 2024), else `torchtitan`.",
+        f"  `llm-foundry-by-year`: the first year in the text, {LLM_FOUNDRY_TRITON_LAST_YEAR} or earlier →"
+        " `llm-foundry@0.2` (MPT's ALiBi",
+        "  attention on the Triton FlashAttention-1 kernel, until flash-attn 2.4.2 took ALiBi), else `llm-foundry`.",
         "  A year is a four-digit 20xx or a venue's two digits (`SC21`, `MLSys'23`); the source's",
         "  comes before the notes'. A stack that does not offer the row's ZeRO stage (the `zero` cell or one written",
         "  in the notes) yields to the first stack named in the source, then the notes, that does (a source's title",

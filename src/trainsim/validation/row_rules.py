@@ -84,8 +84,8 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     # parallelism + ZeRO); FSDP with TP, PP or CP is PyTorch's DTensor/pipelining stack as torchtitan composes it
     FrameworkRule("DeepSpeed, ZeRO-3, ZeRO-Infinity", r"deepspeed|\bzero[-_ ]?(?:3|infinity)\b",
                   "deepspeed-by-year", extended="megatron-deepspeed"),
-    FrameworkRule("llm-foundry, MosaicML, Composer", r"llm[-_ ]?foundry|mosaic[-_ ]?ml|\bcomposer\b", "llm-foundry",
-                  extended="torchtitan"),
+    FrameworkRule("llm-foundry, MosaicML, Composer", r"llm[-_ ]?foundry|mosaic[-_ ]?ml|\bcomposer\b",
+                  "llm-foundry-by-year", extended="torchtitan"),
     FrameworkRule("FSDP, FSDP2, accelerate", r"\bfsdp2?\b|\baccelerate\b", "fsdp", extended="torchtitan"),
     FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
     FrameworkRule("Megatron-Core, MCore", r"megatron[-_ ]?core|\bmcore\b", "megatron-core"),
@@ -104,6 +104,9 @@ _VENUE_YEAR = re.compile(r"\b(?:SC|MLSys|NeurIPS|ICML|ICLR|OSDI|SOSP|NSDI|ATC|Eu
 DEEPSPEED_2021_LAST_YEAR = 2021
 #: torchtitan's train configs ran the Triton fused RMSNorm until PR #535 (August 2024): ``torchtitan@2024``.
 TORCHTITAN_FUSED_NORM_LAST_YEAR = 2024
+#: llm-foundry's ALiBi models ran the Triton FlashAttention-1 kernel until flash-attn 2.4.2 (December 2023):
+#: ``llm-foundry@0.2``.
+LLM_FOUNDRY_TRITON_LAST_YEAR = 2023
 
 
 def first_year(text: str) -> int | None:
@@ -118,14 +121,15 @@ def first_year(text: str) -> int | None:
 DATED_STACKS: dict[str, tuple[int, str, str]] = {
     "deepspeed-by-year": (DEEPSPEED_2021_LAST_YEAR, "deepspeed@0.3", "deepspeed"),
     "torchtitan-by-year": (TORCHTITAN_FUSED_NORM_LAST_YEAR, "torchtitan@2024", "torchtitan"),
+    "llm-foundry-by-year": (LLM_FOUNDRY_TRITON_LAST_YEAR, "llm-foundry@0.2", "llm-foundry"),
 }
 
 
 def stack_by_year(rule_framework: str, text: str) -> str:
     """The stack of a :data:`DATED_STACKS` rule for a run described by ``text``: the older one (``deepspeed@0.3``:
     per-parameter ZeRO-3 gathers after a device synchronize, list collectives; ``torchtitan@2024``: the train
-    configs' Triton fused RMSNorm) when the first year in it is that rule's last year or earlier, else the current
-    one (also without a year)."""
+    configs' Triton fused RMSNorm; ``llm-foundry@0.2``: MPT's ALiBi attention on the Triton FlashAttention-1 kernel)
+    when the first year in it is that rule's last year or earlier, else the current one (also without a year)."""
     last, older, current = DATED_STACKS[rule_framework]
     year = first_year(text)
     return older if year is not None and year <= last else current
