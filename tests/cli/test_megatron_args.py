@@ -324,6 +324,13 @@ def test_flash_attention_kernels_from_the_command_line(tmp_path, capsys):
                       "--use-flash-attn-v2 --deepspeed\n")
     d = _predict(["predict", "--megatron-args", str(script), "--json"], capsys)
     assert d["job"]["framework"]["flash_kernel"] == "fa2" and d["job"]["attention"] == "flash"
+    # its FlashAttention-1 flags: the first version and the Triton port
+    for flag in ("--use-flash-attn-v1", "--use-flash-attn-triton"):
+        v1 = tmp_path / "mds_v1.sh"
+        v1.write_text(script.read_text().replace("--use-flash-attn-v2", flag))
+        d1 = _predict(["predict", "--megatron-args", str(v1), "--json"], capsys)
+        assert d1["job"]["framework"]["flash_kernel"] == "fa1" and d1["job"]["attention"] == "flash"
+        assert d1["iteration_time_s"] > d["iteration_time_s"]  # the default H100: twice FlashAttention-2's time
 
 
 def test_ds_sequence_parallel_size_is_ulysses_context_parallelism(tmp_path, capsys):

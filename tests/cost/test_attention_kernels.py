@@ -43,9 +43,10 @@ def test_flash_attention_2_is_slower_only_on_parts_with_asynchronous_tensor_core
     assert flash_kernel_factor(kernel, generation, 128) == (pytest.approx(fa2_ratio(128)) if fa2 else 1.0)
 
 
-def test_pytorch_sdpa_prefers_cudnn_from_2_11():
+def test_pytorch_sdpa_runs_fa1_before_2_2_fa2_then_and_prefers_cudnn_from_2_11():
     assert sdpa_kernel("2.11.0+cu130") == "cudnn" and sdpa_kernel("PyTorch 2.13") == "cudnn"
-    assert sdpa_kernel("2.10.1") == "fa2" and sdpa_kernel("1.13") == "fa2"
+    assert sdpa_kernel("2.10.1") == "fa2" and sdpa_kernel("torch==2.2.0") == "fa2"
+    assert sdpa_kernel("2.1.2") == "fa1" and sdpa_kernel("PyTorch 2.0") == "fa1"  # SDPA's FlashAttention-1 backend
     with pytest.raises(ValueError, match="torch version"):
         sdpa_kernel("nightly")
 

@@ -614,6 +614,7 @@ def test_zero_stage_named_in_the_text(tmp_path, cells, stage, where):
     ("FlashAttention-2", "flash", "fa2"),
     ("attn_implementation=flash_attention_3", "flash", "fa3"),
     ("cuDNN attention", "flash", "cudnn"),
+    ("flash-attn 1.0.4", "flash", "fa1"),  # FlashAttention-1
 ])
 def test_hf_attention_implementation_in_the_notes(tmp_path, notes, path, kernel):
     m = one(tmp_path, source="Hugging Face transformers Trainer", notes=notes, recompute="full")
@@ -623,6 +624,7 @@ def test_hf_attention_implementation_in_the_notes(tmp_path, notes, path, kernel)
 @pytest.mark.parametrize(("source", "notes", "kernel"), [
     ("Hugging Face transformers Trainer", "PyTorch 2.11.0, sdpa", "cudnn"),
     ("PyTorch FSDP", "torch==2.4.1", "fa2"),
+    ("PyTorch FSDP", "torch 2.1.2", "fa1"),  # SDPA's flash backend before 2.2: FlashAttention-1
     ("Hugging Face transformers Trainer", "torch 2.11, attn_implementation=flash_attention_2", "fa2"),  # named
     ("torchtitan 2025", "PyTorch 2.11", "cudnn-blackwell"),  # its own SDPA backend list, whatever the release
 ])

@@ -107,6 +107,13 @@ def _flash_attn_v2(a: MegatronArgs, v: str | None) -> None:
     a.options["flash_kernel"] = "fa2"
 
 
+def _flash_attn_v1(a: MegatronArgs, v: str | None) -> None:
+    """Megatron-DeepSpeed's ``--use-flash-attn-v1`` ("use first version FlashAttention") and
+    ``--use-flash-attn-triton`` (its Triton port): FlashAttention-1's kernel in CoreAttention."""
+    a.options["attention"] = "flash"
+    a.options["flash_kernel"] = "fa1"
+
+
 def _ds_sequence_parallel(a: MegatronArgs, v: str | None) -> None:
     """Megatron-DeepSpeed's ``--ds-sequence-parallel-size``: DeepSpeed-Ulysses, context parallelism by all-to-all."""
     a.options["cp"] = _int_value("--ds-sequence-parallel-size", v)
@@ -255,6 +262,8 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--num-layers-per-virtual-pipeline-stage": (True, _vpp_layers),
     "--use-flash-attn": (False, lambda a, v: a.options.__setitem__("attention", "flash")),
     "--use-flash-attn-v2": (False, _flash_attn_v2),
+    "--use-flash-attn-v1": (False, _flash_attn_v1),
+    "--use-flash-attn-triton": (False, _flash_attn_v1),
     "--ds-sequence-parallel-size": (True, _ds_sequence_parallel),
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),

@@ -105,13 +105,20 @@ def flash_kernel_efficiency(kernel: str, generation: str) -> float | None:
 
 #: The first PyTorch release whose bundled cuDNN (> 9.15) makes SDPA prefer cuDNN attention on sm90/sm100.
 SDPA_CUDNN_TORCH = (2, 11)
+#: The first PyTorch release whose SDPA flash backend is FlashAttention-2 (release notes of 2.2: "SDPA now supports
+#: FlashAttention-2, yielding around 2x speedups compared to previous versions"); 2.0 and 2.1 ran FlashAttention-1.
+SDPA_FA2_TORCH = (2, 2)
 
 
 def sdpa_kernel(torch_version: str) -> FlashKernel:
     """The kernel library PyTorch's ``scaled_dot_product_attention`` runs on Hopper for ``torch_version`` (text
     such as ``"2.11.0+cu130"`` or ``"PyTorch 2.5.1"``): cuDNN from :data:`SDPA_CUDNN_TORCH` on (aten
-    ``sdp_utils.cpp`` ``check_prefer_cudnn_attention``), its flash backend (FlashAttention-2) before."""
+    ``sdp_utils.cpp`` ``check_prefer_cudnn_attention``), its flash backend before: FlashAttention-2 from
+    :data:`SDPA_FA2_TORCH`, FlashAttention-1 in 2.0 and 2.1 (the first releases with SDPA)."""
     m = re.search(r"(\d+)\.(\d+)", torch_version)
     if m is None:
         raise ValueError(f"torch version: cannot read {torch_version!r}; give it as MAJOR.MINOR, e.g. 2.11")
-    return "cudnn" if (int(m.group(1)), int(m.group(2))) >= SDPA_CUDNN_TORCH else "fa2"
+    version = (int(m.group(1)), int(m.group(2)))
+    if version >= SDPA_CUDNN_TORCH:
+        return "cudnn"
+    return "fa2" if version >= SDPA_FA2_TORCH else "fa1"

@@ -92,10 +92,10 @@ class Framework(Spec, frozen=True):
         help="cudnn, fa3, fa2, fa1 or cudnn-blackwell: the flash attention kernel library")] = Field(
         description="the flash attention kernel library: cudnn (cuDNN fused attention: Transformer Engine on Hopper "
                     "and newer, PyTorch >= 2.11 SDPA), fa3 (FlashAttention-3), fa2 (FlashAttention-2: flash-attn "
-                    "2.x, PyTorch < 2.11 SDPA; about 0.6 of cuDNN's throughput on Hopper and Blackwell), fa1 "
-                    "(FlashAttention-1's algorithm: flash-attn 1.x and its Triton port; half of FlashAttention-2's "
-                    "throughput, 32.5 % of the A100's peak) or cudnn-blackwell (cuDNN from Blackwell on, "
-                    "FlashAttention-2 before: torchtitan)")
+                    "2.x, PyTorch 2.2-2.10 SDPA; about 0.6 of cuDNN's throughput on Hopper and Blackwell), fa1 "
+                    "(FlashAttention-1's algorithm: flash-attn 1.x, its Triton port, PyTorch 2.0-2.1 SDPA; half of "
+                    "FlashAttention-2's throughput, 32.5 % of the A100's peak) or cudnn-blackwell (cuDNN from "
+                    "Blackwell on, FlashAttention-2 before: torchtitan)")
     masked_softmax_fusion: Annotated[bool, Flag(
         "--no-masked-softmax-fusion", const=False,
         help="eager softmax instead of the fused scale-mask-softmax kernel")] = Field(

@@ -260,6 +260,10 @@ _FP8_PARAM_GATHER = r"--fp8-param-gather\b|(?i:fp8_param_gather\W*true)"  # Mega
 #: FlashAttention-2 / -3 named in a row's text (flash-attn 2.x, attn_implementation, Megatron-DeepSpeed's flag).
 _FA2 = r"(?i)flash[-_ ]?attention[-_ ]?2|flash[-_ ]?attn[-_ ]?v?2\b|\bFA-?2\b|--use-flash-attn-v2\b"
 _FA3 = r"(?i)flash[-_ ]?attention[-_ ]?3|\bFA-?3\b"
+#: FlashAttention-1 named: flash-attn 1.x, Megatron-DeepSpeed's --use-flash-attn-v1 / --use-flash-attn-triton (its
+#: Triton port), llm-foundry's attn_impl triton.
+_FA1 = (r"(?i)flash[-_ ]?attention[-_ ]?1\b|flash[-_ ]?attn[-_ ]?v?1(?:\.\d+)*\b|\bFA-?1\b"
+        r"|--use-flash-attn-(?:v1|triton)\b|attn_impl\W{0,3}triton\b")
 _FLEX = r"(?i)\bflex[-_ ]?(?:attn|attention)\b|\battn\W{0,3}flex\b"
 
 #: CPU optimizer offloading in words: offload_optimizer, "optimizer (state) offload", ZeRO-Offload, CPU-Adam.
@@ -316,6 +320,8 @@ NOTES_FLAGS: tuple[tuple[str, str, Any], ...] = (
     (_FA3, "attention", "flash"),
     (_FA2, "flash_kernel", "fa2"),
     (_FA3, "flash_kernel", "fa3"),
+    (_FA1, "attention", "flash"),
+    (_FA1, "flash_kernel", "fa1"),
     # PyTorch FlexAttention (a Triton template kernel; the PyTorch blog "FlexAttention: The Flexibility of PyTorch
     # with the Performance of FlashAttention", Aug 2024: ~90 % of FlashAttention-2 forward, ~85 % backward) is
     # priced as FlashAttention-2, the library whose instructions it issues on Hopper
