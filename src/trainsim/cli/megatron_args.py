@@ -101,17 +101,13 @@ def _recompute_modules(a: MegatronArgs, values: list[str]) -> None:
 FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
 
-def _flash_attn_v2(a: MegatronArgs, v: str | None) -> None:
-    """Megatron-DeepSpeed's ``--use-flash-attn-v2``: flash-attn 2's kernel in CoreAttention."""
-    a.options["attention"] = "flash"
-    a.options["flash_kernel"] = "fa2"
-
-
-def _flash_attn_v1(a: MegatronArgs, v: str | None) -> None:
-    """Megatron-DeepSpeed's ``--use-flash-attn-v1`` ("use first version FlashAttention") and
-    ``--use-flash-attn-triton`` (its Triton port): FlashAttention-1's kernel in CoreAttention."""
-    a.options["attention"] = "flash"
-    a.options["flash_kernel"] = "fa1"
+def _flash_attn(kernel: str) -> Handler:
+    """Megatron-DeepSpeed's ``--use-flash-attn-v1`` / ``--use-flash-attn-triton`` (FlashAttention-1 and its Triton
+    port, ``fa1``) and ``--use-flash-attn-v2`` (``fa2``): that kernel in CoreAttention."""
+    def handler(a: MegatronArgs, v: str | None) -> None:
+        a.options["attention"] = "flash"
+        a.options["flash_kernel"] = kernel
+    return handler
 
 
 def _ds_sequence_parallel(a: MegatronArgs, v: str | None) -> None:
@@ -261,9 +257,9 @@ EXTRA_FLAGS: dict[str, tuple[bool, Handler]] = {
     "--recompute-activations": (False, lambda a, v: a.options.__setitem__("recompute_granularity", "selective")),
     "--num-layers-per-virtual-pipeline-stage": (True, _vpp_layers),
     "--use-flash-attn": (False, lambda a, v: a.options.__setitem__("attention", "flash")),
-    "--use-flash-attn-v2": (False, _flash_attn_v2),
-    "--use-flash-attn-v1": (False, _flash_attn_v1),
-    "--use-flash-attn-triton": (False, _flash_attn_v1),
+    "--use-flash-attn-v2": (False, _flash_attn("fa2")),
+    "--use-flash-attn-v1": (False, _flash_attn("fa1")),
+    "--use-flash-attn-triton": (False, _flash_attn("fa1")),
     "--ds-sequence-parallel-size": (True, _ds_sequence_parallel),
     "--train-iters": (True, _train_iters),
     "--train-samples": (True, _train_samples),

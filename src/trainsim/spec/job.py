@@ -247,23 +247,23 @@ def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
     changed = {k: v for k, v in over.items() if getattr(fw, k) != v}
     if changed:
         fw = fw.replace(**changed)
-    seq = training.seq_length or _model_seq(data.get("model"))
-    heads = _model_heads(data.get("model"))
+    model = data.get("model")
+    seq = training.seq_length or _model_field(model, "seq_length")
+    heads = _model_field(model, "num_attention_heads")
     path = fw.attention_path(seq, training.micro_batch_size * (heads // max(par.tp, 1))) if seq and heads else (
         "flash" if fw.attention_backend in ("flash", "fused") else "unfused")
-    if path == "flash" and training.attention is None and _eager_in_transformers_code(fw, data.get("model")):
+    if path == "flash" and training.attention is None and _eager_in_transformers_code(fw, model):
         path = "eager"
     training = training.replace(zero_stage=zero, overlap_grad_reduce=ogr, overlap_param_gather=opg,
                                 tp_comm_overlap=tpo, grad_reduce_in_fp32=grads32, attention=path)
     return {**data, "framework": fw, "training": training}
 
 
-def _model_seq(model: Any) -> int | None:
+def _model_field(model: Any, name: str) -> Any:
+    """A field of the job's model before validation: a :class:`Model` or its dict (``None`` when absent)."""
     if isinstance(model, Model):
-        return model.seq_length
-    if isinstance(model, dict):
-        return model.get("seq_length")
-    return None
+        return getattr(model, name)
+    return model.get(name) if isinstance(model, dict) else None
 
 
 def _eager_in_transformers_code(fw: Framework, model: Any) -> bool:
@@ -276,20 +276,8 @@ def _eager_in_transformers_code(fw: Framework, model: Any) -> bool:
       ``attn_implementation`` is eager (a sink logit joins each row's softmax); its only flash path is the hub kernel
       ``kernels-community/vllm-flash-attn3``, which a user selects with ``--attention flash``.
     """
-    if not fw.transformers_model_code:
-        return False
-    if isinstance(model, Model):
-        return model.position_embedding_type == "alibi" or model.attention_sinks
-    return isinstance(model, dict) and (model.get("position_embedding_type") == "alibi"
-                                        or bool(model.get("attention_sinks")))
-
-
-def _model_heads(model: Any) -> int | None:
-    if isinstance(model, Model):
-        return model.num_attention_heads
-    if isinstance(model, dict):
-        return model.get("num_attention_heads")
-    return None
+    return bool(fw.transformers_model_code) and (_model_field(model, "position_embedding_type") == "alibi"
+                                                 or bool(_model_field(model, "attention_sinks")))
 
 
 def validate_job(job: Job) -> None:

@@ -1,8 +1,8 @@
 """Published training runs outside the calibration data, predicted with the shipped constants (never fitted).
 
 ``trainsim/data/public/llm_foundry_benchmarks.csv``: MosaicML llm-foundry's MPT benchmark tables (FSDP);
-``llm_foundry_more.csv``: every other row of their H100 BF16, H100 FP8 and A100 80GB tables (sequences of 512 to
-65,536 tokens);
+``llm_foundry_more.csv``: every other row of those four tables (H100 BF16 and FP8, A100 80GB and 40GB; 8-128 GPUs,
+sequences of 512 to 65,536 tokens);
 ``megatron_bridge_25_11.csv``: Megatron-Bridge's 25.11 performance summary (GB300, GB200, B200, H100; dense and
 mixture-of-experts); ``nemo_25_02_04.csv``: the NeMo 25.02 (DGX-B200) and 25.04 (DGX-GB200) performance summaries;
 ``torchtitan_a100.csv``: torchtitan's FSDP2 numbers on 64 A100; ``torchtitan_h100.csv``: its December 2024 1D-4D

@@ -651,11 +651,12 @@ def generic_rules_lines() -> list[str]:
         "  `compile.enable`) or CUDA graphs (`--enable-cuda-graph`, CUDA graphs) named in the notes switch on the",
         "  profile's `torch_compile` / `cuda_graphs`; hybrid sharding (`HYBRID_SHARD`, HSDP) in the notes or the",
         "  zero cell sets its `sharding_strategy: hybrid`. The flash-attention kernel library named in the",
-        "  notes (FlashAttention-2 / `flash_attention_2` / `--use-flash-attn-v2`, FlashAttention-3, cuDNN attention)",
+        "  notes (FlashAttention-2 / `flash_attention_2` / `--use-flash-attn-v2`, FlashAttention-3, cuDNN attention,",
+        "  FlashAttention-1 / flash-attn 1.x / `--use-flash-attn-v1` / `--use-flash-attn-triton` / `attn_impl triton`)",
         "  sets the profile's `flash_kernel`; else a PyTorch release named in the notes or source (`PyTorch 2.11`,",
         "  `torch==2.4.1`) decides it for the stacks that attend through SDPA's default backend order ("
         + ", ".join(f"`{n}`" for n in sorted(list_frameworks()) if load_framework(n).transformers_model_code)
-        + "): cuDNN from 2.11 on, FlashAttention-2 before.",
+        + "): cuDNN from 2.11 on, FlashAttention-2 from 2.2, FlashAttention-1 in 2.0 and 2.1.",
         "  PyTorch FlexAttention (FlexAttn, `attn: flex`) is priced as FlashAttention-2. A recipe's",
         "  `reshard_after_forward: true|false` sets the FSDP2 field of that name and `fp32_upcast: true|false`",
         "  (NeMo AutoModel's MaskedCrossEntropy) the loss on fp32 or on the 16-bit logits (`cross_entropy_impl`).",
