@@ -203,12 +203,12 @@ def test_gpt_presets_under_nemo_train_without_dropout(tmp_path):
 
 
 def test_an_moe_run_short_of_memory_recomputes_modules_before_layers(tmp_path):
-    """DeepSeek-V3 as Megatron-Bridge ran it on 256 GB200s (PP 8 with 4 virtual stages, EP 32, MXFP8): without
-    recomputation it would not fit; Megatron-Core's fine-grained recomputation of the MLA up-projections suffices,
-    so no layer is recomputed whole."""
+    """DeepSeek-V3 on 256 GB200s as Megatron-Bridge runs it (PP 8 with 4 virtual stages, MXFP8) but with EP 16 (16
+    local experts): without recomputation it would not fit; Megatron-Core's fine-grained recomputation of the MLA
+    up-projections suffices, so no layer is recomputed whole."""
     m = one(tmp_path, source="Megatron-Bridge performance summary 25.11 (2025)", model="DeepSeek-V3", L=61, h=7168,
             heads=128, ffn=18432, vocab=129280, seq=4096, global_batch=4096, micro_batch=1, tp=1, pp=8, vpp=4,
-            gpu="GB200", num_gpus=256, precision="fp8 (FP8-MX)", notes="EP32")
+            gpu="GB200", num_gpus=256, precision="fp8 (FP8-MX)", notes="EP16")
     tr = m.job.training
     assert tr.recompute_modules == ("mla_up_proj",) and tr.recompute_granularity == "none"
     assert any(a.startswith("recompute modules mla_up_proj (unstated") for a in m.assumptions)
