@@ -81,3 +81,37 @@ def test_both_engines_wait_for_the_host_alike():
     gpu_only = estimate(job.replace(framework=job.framework.replace(cuda_graphs=True))).iteration_time_s
     assert analytic > 1.5 * gpu_only
     assert event == pytest.approx(analytic, rel=0.05)
+
+
+def test_the_host_runs_on_through_the_collectives_a_pass_waits_for_but_not_across_a_host_sync():
+    host = lambda op: 2.0 * op.host_calls  # noqa: E731
+    free = _ops(3)  # host 6, GPU 3: the pass waits 3 for its host
+    assert host_excess(free, [1.0, 1.0, 1.0], host) == pytest.approx(3.0)
+    # 2 s of exposed collectives: the GPU is busy 5 s, so the host (issuing asynchronously) keeps it waiting 1 s only
+    assert host_excess(free, [1.0, 1.0, 1.0], host, other_gpu=2.0) == pytest.approx(1.0)
+    assert host_excess(free, [1.0, 1.0, 1.0], host, other_gpu=4.0) == pytest.approx(0.0)
+    # a dropless MoE forward pass copies its token counts to the host: the collectives queued before add as before
+    synced = [*free, elementwise("moe_permute", "fwd", 1.0)]
+    assert host_excess(synced, [1.0, 1.0, 1.0, 1.0], host, other_gpu=2.0) == pytest.approx(4.0)
+
+
+def test_a_host_bound_tensor_parallel_step_hides_its_collectives_in_both_engines():
+    """GPT 1.3B with TP 8 and 512-token micro-batches is host-bound: the TP all-reduces run while the host issues
+    the next operators, so the step is about max(host, GPU + collectives), not their sum."""
+    from trainsim.spec import Model
+
+    model = Model(num_layers=4, hidden_size=2048, num_attention_heads=16, vocab_size=50257, seq_length=512)
+    job = Job(model=model, system=load_system("dgx-a100"), parallelism=Parallelism(tp=8),
+              training=Training(micro_batch_size=1, global_batch_size=64, seq_length=512), num_gpus=8,
+              framework=load_framework("megatron-lm-2021"))
+    est = estimate(job)
+    tp = est.breakdown_s["tp_comm"]
+    graphs = estimate(job.replace(framework=job.framework.replace(cuda_graphs=True)))
+    assert est.breakdown_s["compute"] > 1.5 * graphs.breakdown_s["compute"]  # host-bound
+    assert tp > 0.0
+    # the exposed collectives shorten the host wait by as much as they add: the step is no slower for them
+    no_comm = job.replace(system=job.system.replace(node=job.system.node.replace(nvlink_bandwidth=1e18,
+                                                                                  nvlink_latency=0.0)))
+    assert est.iteration_time_s == pytest.approx(estimate(no_comm).iteration_time_s, rel=0.005)
+    assert tp > 0.02 * est.iteration_time_s  # (added to the host wait they would make it 2 % slower and more)
+    assert simulate_job(job)[0].iteration_time_s == pytest.approx(est.iteration_time_s, rel=0.05)

@@ -92,8 +92,8 @@ def test_whole_stage_for_gpt3_175b_on_tp8_pp8_by_hand():
     assert first.weights_bytes > st.weights_bytes  # embedding
 
 
-@pytest.mark.parametrize(("recipe", "copy"), [("mxfp8", 1 + 1 / 32), ("blockwise", 1 + 4 / 128), ("nvfp4", 0.5 + 1 / 16),
-                                               ("delayed", 1.0)])
+@pytest.mark.parametrize(("recipe", "copy"), [("mxfp8", 1 + 1 / 32), ("blockwise", 1 + 4 / 128),
+                                               ("nvfp4", 0.5 + 1 / 16), ("delayed", 1.0)])
 def test_fp8_saved_linear_inputs_keep_only_the_column_wise_copy(recipe, copy):
     """Transformer Engine drops a quantized input's row-wise data once the forward GEMM has used it (the
     weight-gradient GEMM reads the column-wise copy), so each saved GEMM input costs one copy, and a layer keeps
@@ -104,7 +104,8 @@ def test_fp8_saved_linear_inputs_keep_only_the_column_wise_copy(recipe, copy):
 
     fp8 = shard("fp8", recipe)
     assert fp8.saved_input_bytes == pytest.approx(copy)
-    # GPT's saved GEMM inputs per token: QKV and FC1 (h / tp each, sequence parallel), projection (h / tp), FC2 (4h / tp)
+    # GPT's saved GEMM inputs per token: QKV and FC1 (h / tp each, sequence parallel), projection (h / tp),
+    # FC2 (4h / tp)
     saved_elements = S * B * (H / 8 + H / 8 + H / 8 + 4 * H / 8)
     bf16, low = layer_activation_bytes(GPT, shard("bf16")), layer_activation_bytes(GPT, fp8)
     assert bf16 - low == pytest.approx(saved_elements * (2 - copy))

@@ -204,22 +204,16 @@ def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap
     bwd_ops = OpSet(op for op in work.bwd if not (split_backward and op.is_weight_grad))
     times = {op: c(op) for op in (*work.fwd, *work.bwd)}
     re_times = [c(op) for op in work.recompute]
-    # the host issuing the ops: each pass waits for it where it is slower than the GPU
-    waits = (host_excess(work.fwd, [times[op] for op in work.fwd], model.host),
-             host_excess(work.recompute, re_times, model.host),
-             host_excess(work.bwd, [times[op] for op in work.bwd], model.host))
-    fwd = sum(times[op] for op in work.fwd) + waits[0]
-    re = sum(re_times) + waits[1]
-    bwd = sum(times[op] for op in work.bwd) + waits[2] + re
     wgrad = sum(times[op] for op in work.bwd if op.is_weight_grad)
     measured = sum(c(op) for op in (*work.fwd, *work.bwd, *work.recompute) if model.is_measured(op))
-    out = BlockCost(fwd_compute=fwd, bwd_compute=bwd, recompute=re, wgrad=wgrad, measured=measured,
-                    host_wait=sum(waits))
+    out = BlockCost(wgrad=wgrad, measured=measured)
     slow = model.calibration.overlap_slowdown
 
-    def account(ops: tuple[CommOp, ...], pass_ops: OpSet, backward: bool) -> None:
+    def account(ops: tuple[CommOp, ...], pass_ops: OpSet, backward: bool) -> float:
+        """Book the collectives of one pass; returns the GPU time they add to it (exposed plus overlap penalty)."""
         # collectives hiding behind the same op on the same stream queue one after the other (as in the event
         # engine): each is exposed by what the queue so far outlasts that op
+        added = 0.0
         queued: dict[tuple[int, str], float] = {}
         for op in ops:
             t = model.collective(op, places[op.group])
@@ -238,17 +232,27 @@ def _time_work(work: Work, model: CostModel, places: Placements, tp_comm_overlap
             else:
                 exposed, penalty = exposed_time(t, hidden_by, can_hide, slow)
             out.exposed[op.group] = out.exposed.get(op.group, 0.0) + exposed
+            added += exposed + penalty
             if backward:
                 out.exposed_bwd += exposed
                 out.overlap_penalty_bwd += penalty
             else:
                 out.exposed_fwd += exposed
                 out.overlap_penalty_fwd += penalty
+        return added
 
-    account(work.comm_fwd, fwd_ops, backward=False)
-    account(work.comm_bwd, bwd_ops, backward=True)
-    if recompute_comm and work.comm_recompute:
-        account(work.comm_recompute, fwd_ops, backward=True)
+    comm_gpu = (account(work.comm_fwd, fwd_ops, backward=False),
+                account(work.comm_recompute, fwd_ops, backward=True) if recompute_comm and work.comm_recompute
+                else 0.0,
+                account(work.comm_bwd, bwd_ops, backward=True))
+    # the host issuing the ops: each pass waits for it where it is slower than the GPU (its collectives included)
+    waits = (host_excess(work.fwd, [times[op] for op in work.fwd], model.host, comm_gpu[0]),
+             host_excess(work.recompute, re_times, model.host, comm_gpu[1]),
+             host_excess(work.bwd, [times[op] for op in work.bwd], model.host, comm_gpu[2]))
+    out.fwd_compute = sum(times[op] for op in work.fwd) + waits[0]
+    out.recompute = sum(re_times) + waits[1]
+    out.bwd_compute = sum(times[op] for op in work.bwd) + waits[2] + out.recompute
+    out.host_wait = sum(waits)
     return out
 
 

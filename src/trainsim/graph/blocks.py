@@ -234,7 +234,7 @@ def simulate_ops(compute: list[ComputeOp], comm: Iterable[CommOp], model: CostMo
         for c in comms:
             _, ce = issue(c, t)
             stall(c, ce)
-    wait = host_excess(compute, gpu, model.host)
+    wait = host_excess(compute, gpu, model.host, other_gpu=t - sum(gpu))  # the host runs on through the stalls
     if wait > 0.0:
         slices.append(Slice(COMPUTE, "host", t, t + wait))
         compute_busy += wait

@@ -16,8 +16,9 @@ how many quantized copies a tensor needs:
 - ``nvfp4`` (Transformer Engine's NVFP4BlockScaling, Megatron ``--fp4-format e2m1 --fp4-recipe nvfp4``; Blackwell
   only): the GEMMs run in FP4 (E2M1, half a byte) with an FP8 E4M3 scale per 16 elements and an FP32 per-tensor
   scale, so an amax pass precedes the row- and column-wise quantization (the weight-gradient operands through a
-  16-point random Hadamard transform fused into that cast): 2 + 2 + 2·(0.5 + 1/16). Its GEMMs are priced at the GPU's FP4 peak with the FP8 GEMM efficiency (no FP4 measurement); the LM head
-  and attention stay 16-bit. Recipes that keep the first and last layers in BF16 are not modelled.
+  16-point random Hadamard transform fused into that cast): 2 + 2 + 2·(0.5 + 1/16). Its GEMMs are priced at the
+  GPU's FP4 peak with the FP8 GEMM efficiency (no FP4 measurement); the LM head and attention stay 16-bit.
+  Recipes that keep the first and last layers in BF16 are not modelled.
 
 Weights keep FP8 copies next to the 16-bit ones (1 byte per parameter for the per-tensor recipes, both layouts for
 the block-scaled ones). A saved GEMM input keeps only the copy the backward pass needs: the weight-gradient GEMM
