@@ -84,6 +84,8 @@ def test_both_engines_wait_for_the_host_alike():
 
 
 def test_the_host_runs_on_through_the_collectives_a_pass_waits_for_but_not_across_a_host_sync():
+    from dataclasses import replace
+
     host = lambda op: 2.0 * op.host_calls  # noqa: E731
     free = _ops(3)  # host 6, GPU 3: the pass waits 3 for its host
     assert host_excess(free, [1.0, 1.0, 1.0], host) == pytest.approx(3.0)
@@ -91,7 +93,7 @@ def test_the_host_runs_on_through_the_collectives_a_pass_waits_for_but_not_acros
     assert host_excess(free, [1.0, 1.0, 1.0], host, other_gpu=2.0) == pytest.approx(1.0)
     assert host_excess(free, [1.0, 1.0, 1.0], host, other_gpu=4.0) == pytest.approx(0.0)
     # a dropless MoE forward pass copies its token counts to the host: the collectives queued before add as before
-    synced = [*free, elementwise("moe_permute", "fwd", 1.0)]
+    synced = [*free, replace(elementwise("moe_permute", "fwd", 1.0), host_sync=True)]
     assert host_excess(synced, [1.0, 1.0, 1.0, 1.0], host, other_gpu=2.0) == pytest.approx(4.0)
 
 
@@ -115,3 +117,12 @@ def test_a_host_bound_tensor_parallel_step_hides_its_collectives_in_both_engines
     assert est.iteration_time_s == pytest.approx(estimate(no_comm).iteration_time_s, rel=0.005)
     assert tp > 0.02 * est.iteration_time_s  # (added to the host wait they would make it 2 % slower and more)
     assert simulate_job(job)[0].iteration_time_s == pytest.approx(est.iteration_time_s, rel=0.05)
+
+
+def test_a_dropless_moe_layer_syncs_its_host_in_forward_only():
+    """The dispatcher copies the token counts to the host before the forward dispatch; the backward pass reuses the
+    split sizes it kept, so only the forward (and its recomputation) holds a host sync."""
+    job = _moe_job("megatron-core")
+    work = layer_work(job.model, shard_of(job), True)
+    assert [op.name for op in work.fwd if op.host_sync] == ["moe_permute"]
+    assert not any(op.host_sync for op in work.bwd)

@@ -20,11 +20,6 @@ from collections.abc import Callable, Sequence
 
 from trainsim.workload.ops import ComputeOp
 
-#: Operators whose pass synchronises the host with the device: the token permutation of a dropless MoE layer's
-#: forward pass, which needs the per-expert token counts on the host (Megatron-Core's ``cuda_sync_point`` in its
-#: token dispatchers; transformers' expert loop likewise reads them).
-HOST_SYNC_OPS = frozenset({"moe_permute"})
-
 
 def op_host_time(op: ComputeOp, host_op_s: float, host_dispatch_s: float) -> float:
     """CPU seconds to issue ``op``: ``host_op_s`` per Python call, ``host_dispatch_s`` per further kernel it
@@ -41,11 +36,11 @@ def host_excess(ops: Sequence[ComputeOp], gpu: Sequence[float], host: Callable[[
     and the slowdown of the operators they overlap. A collective is issued asynchronously (``torch.distributed``
     on NCCL enqueues the kernel and makes the compute stream wait on it; the Python call returns at once), so the
     host keeps issuing the next operators while the GPU waits for it: a host-bound pass hides its exposed
-    collectives instead of adding them. Not across a host synchronisation: the forward pass of a dropless MoE
-    layer copies its per-expert token counts to the host before the dispatch (:data:`HOST_SYNC_OPS`), so the host
-    waits there for everything the GPU has queued, collectives included, and they add as before."""
+    collectives instead of adding them. Not across a host synchronisation (an op with ``host_sync``: the forward
+    pass of a dropless MoE layer copies its per-expert token counts to the host before the dispatch), where the host
+    waits for everything the GPU has queued, collectives included: they add as before."""
     lockstep = free_host = 0.0
-    free_gpu = 0.0 if any(op.name in HOST_SYNC_OPS for op in ops) else other_gpu
+    free_gpu = 0.0 if any(op.host_sync for op in ops) else other_gpu
     for op, g in zip(ops, gpu, strict=True):
         h = host(op)
         if op.host_calls > 1:

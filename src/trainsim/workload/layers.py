@@ -616,7 +616,9 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     fwd.append(_ew(shard, "router_topk", "fwd", 6 * 4.0 * scores, 10.0 * scores))
     bwd.append(_ew(shard, "router_topk_grad", "bwd", 4 * 4.0 * scores, 6.0 * scores))
     perm = copies * h * e
-    permute = _ew(shard, "moe_permute", "fwd", 2 * perm)  # gather copies: read rows, write permuted rows
+    # gather copies: read rows, write permuted rows. The dropless dispatcher first copies the per-expert token counts
+    # to the host (Megatron-Core's ``cuda_sync_point``; transformers' expert loop reads them too): a host sync
+    permute = replace(_ew(shard, "moe_permute", "fwd", 2 * perm), host_sync=True)
     permute_grad = _ew(shard, "moe_permute_grad", "bwd", 2 * perm)
     fwd.append(permute)
     bwd.append(permute_grad)

@@ -111,6 +111,7 @@ class ComputeOp:
     host_calls: int = 1  # times the framework's Python issues this op (a loop over local experts: one per expert)
     kernels: int = 1  # kernels the op launches (a C++ loop over local experts: one per expert)
     kernel: str = ""  # attention: the flash kernel library (Framework.flash_kernel; "" = the modelled one)
+    host_sync: bool = False  # the host waits here for everything the device has queued (trainsim.cost.host)
 
     def __post_init__(self) -> None:
         if self.role is None:
