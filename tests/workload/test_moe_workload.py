@@ -126,6 +126,28 @@ def test_flex_dispatcher_sends_a_token_once_per_node_over_the_network():
         collective_time("all_to_all", 2e8, Placement(8, 8, 1), system, cal, 1)
 
 
+def test_all_to_all_dispatcher_regroups_received_tokens_by_local_expert():
+    """Megatron-Core's all-to-all dispatcher receives tokens grouped by source rank and sorts them by local expert
+    after the dispatch, and back before the combine ("Permutation 2" / "Unpermutation 2"): a read and a write of
+    every received row each way, forward and backward. Nothing to regroup with one local expert, without expert
+    parallelism, or under the flex dispatcher (DeepEP's output is permuted once, the ordinary moe_permute)."""
+    m = load_model("qwen3-30b-a3b")  # 128 experts
+    shard = Shard(micro_batch=1, seq=4096, tp=1, ep=8)
+    work = layer_work(m, shard, True)
+    _, rows = moe_expert_tokens(m, shard)
+    regroup = _ops(work, "moe_sort") + _ops(work, "moe_unsort")
+    assert sorted(op.name for op in regroup) == ["moe_sort", "moe_sort_grad", "moe_unsort", "moe_unsort_grad"]
+    assert [op.bytes for op in regroup] == pytest.approx([2 * rows * m.hidden_size * 2] * 4)
+    names = [op.name for op in work.fwd]
+    assert names.index("moe_permute") < names.index("moe_sort") < names.index("expert_fc1")
+    assert names.index("expert_fc2") < names.index("moe_unsort") < names.index("moe_unpermute")
+    one_local = m.replace(num_experts=8)  # ep 8: one expert per GPU
+    for w in (layer_work(m, dataclasses.replace(shard, ep=1), True),
+              layer_work(m, dataclasses.replace(shard, moe_dispatcher="flex"), True),
+              layer_work(one_local, shard, True)):
+        assert not _ops(w, "moe_sort") and not _ops(w, "moe_unsort")
+
+
 def test_megatron_recompute_modules_checkpoint_their_module():
     """--recompute-modules (Megatron-Core, selective granularity): a checkpointed MoE layer (`moe`) reruns its whole
     forward, all-to-alls included, and keeps only its input; `shared_experts` reruns the shared expert and its TP

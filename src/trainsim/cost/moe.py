@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 #: op-name prefix → category
 CATEGORIES: tuple[tuple[str, str], ...] = (
     ("expert_", "expert_gemm_s"), ("shared_expert_", "shared_expert_s"), ("router", "router_s"),
-    ("moe_permute", "permute_s"), ("moe_unpermute", "permute_s"),
+    ("moe_permute", "permute_s"), ("moe_unpermute", "permute_s"), ("moe_sort", "permute_s"),
+    ("moe_unsort", "permute_s"),
 )
 COMM: tuple[tuple[str, str], ...] = (
     ("moe_dispatch", "dispatch_s"), ("moe_combine", "combine_s"), ("moe_etp_", "expert_tp_comm_s"),

@@ -376,6 +376,10 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
             return _Fwd(lambda x: K.permute(x, index), [r(local, h)], [0], routed * h, "permute")
         probs = torch.rand(routed, device=ctx.device, dtype=act)
         return _Fwd(lambda y: K.unpermute(y, index, probs, local), [r(routed, h)], [0], routed * h, "unpermute")
+    if base in ("moe_sort", "moe_unsort"):  # received rows regrouped by local expert (and back): a row gather
+        rows = max(1, round(op.bytes / (2 * h * act.itemsize)))
+        order = torch.randperm(rows, device=ctx.device)
+        return _Fwd(lambda x: K.permute(x, order), [r(rows, h)], [0], rows * h, "permute")
     if base == "router_topk":
         local, experts = t // tp, model.num_experts or 1
         k = min(model.moe_router_topk, experts)

@@ -622,6 +622,14 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     permute_grad = _ew(shard, "moe_permute_grad", "bwd", 2 * perm)
     fwd.append(permute)
     bwd.append(permute_grad)
+    # the all-to-all dispatcher receives the tokens grouped by source rank: it sorts them by local expert after the
+    # dispatch and back before the combine (Megatron-Core's "Permutation 2" / "Unpermutation 2", sort_chunks_by_idxs;
+    # torchtitan's _permute / _unpermute): a read and a write of every received row each way
+    regroup = shard.moe_dispatcher == "alltoall" and shard.ep > 1 and local_experts > 1
+    sort_bytes = 2 * rows * h * e
+    if regroup:
+        fwd.append(_ew(shard, "moe_sort", "fwd", sort_bytes))
+        bwd.append(_ew(shard, "moe_sort_grad", "bwd", sort_bytes))
     per_expert = max(1, round(rows / local_experts))
     f, b_, _, _ = _mlp_gemms("expert", per_expert, h, model.expert_ffn_size // etp, model.mlp_activation, dt, shard,
                              batch=local_experts, bias=model.add_bias_linear)
@@ -630,6 +638,9 @@ def _moe_block(model: Model, shard: Shard, attn: _AttentionOps) -> tuple[
     bwd += b_
     act_recompute = [op for op in f if op.name.startswith("expert_") and op.kind == "elementwise"
                      and "moe_act" in shard.recompute_modules]
+    if regroup:
+        fwd.append(_ew(shard, "moe_unsort", "fwd", sort_bytes))
+        bwd.append(_ew(shard, "moe_unsort_grad", "bwd", sort_bytes))
     unpermute = _ew(shard, "moe_unpermute", "fwd", 3 * perm)  # scatter-add weighted copies back to tokens
     unpermute_grad = _ew(shard, "moe_unpermute_grad", "bwd", 3 * perm)
     fwd.append(unpermute)
