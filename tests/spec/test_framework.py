@@ -304,6 +304,25 @@ def test_alibi_models_attend_eagerly_in_transformers_model_code():
     # the fact travels with the profile (Framework.transformers_model_code), also into one that extends it
 
 
+def test_transformers_before_4_36_attends_eagerly():
+    """transformers made SDPA its default attention in 4.36 (December 2023): ``hf-transformers@4.35`` runs every
+    model's eager chain (fp32 softmax on all s² scores, 6 bytes per saved score) unless a backend is asked for, and
+    costs more time and memory than the SDPA default on the same plan."""
+    from trainsim.estimate import estimate
+
+    def job(framework: str, attention: str | None = None) -> Job:
+        return Job(model=load_model("llama3-8b").replace(num_layers=2), system=load_system("dgx-h100"),
+                   parallelism=Parallelism(), training=Training(global_batch_size=8, seq_length=4096,
+                                                                attention=attention),
+                   num_gpus=8, framework=framework)
+
+    old, new = job("hf-transformers@4.35"), job("hf-transformers")
+    assert old.attention_path == "eager" and new.attention_path == "flash"
+    assert job("hf-transformers@4.35", attention="flash").attention_path == "flash"  # use_flash_attention_2=True
+    assert old.framework.version == "4.35" and "4.36" in old.framework.sources["attention_backend"]
+    assert estimate(old).iteration_time_s > estimate(new).iteration_time_s
+
+
 def test_attention_sink_models_attend_eagerly_in_transformers_model_code():
     """GPT-OSS's attention sinks: transformers declares no SDPA variant (eager by default), Megatron-Core runs them
     in cuDNN's fused attention; an explicit backend (the hub's flash kernel) wins."""

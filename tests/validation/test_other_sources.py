@@ -839,6 +839,15 @@ def test_llm_foundry_rows_take_the_attention_kernel_of_their_year(source, expect
     assert infer_framework(None, source, "")[0] == expected
 
 
+@pytest.mark.parametrize(("source", "expected"), [
+    ("Hugging Face transformers fine-tuning benchmark, 2023", "hf-transformers@4.35"),  # before SDPA by default
+    ("Hugging Face transformers Trainer, 2024", "hf-transformers"),
+    ("transformers", "hf-transformers"),  # no year: the current stack
+])
+def test_transformers_rows_take_the_attention_default_of_their_year(source, expected):
+    assert infer_framework(None, source, "")[0] == expected
+
+
 def test_torchtitan_2024_runs_the_fused_rmsnorm_and_keeps_less_per_layer(tmp_path):
     """The 2024 train configs' Triton RMSNorm keeps its bf16 input and rstd instead of the fp32 upcast and the
     normalised tensor: a Llama 2 13B layer without checkpointing (the 64-A100 run of torchtitan's performance

@@ -49,6 +49,7 @@ from trainsim.validation.row_rules import (
     LLM_FOUNDRY_TRITON_LAST_YEAR,
     SYSTEM_FOR_GPU_KEY,
     TORCHTITAN_FUSED_NORM_LAST_YEAR,
+    TRANSFORMERS_EAGER_LAST_YEAR,
     notes_flag_names,
 )
 from trainsim.validation.rows import FRAMEWORK_ROW_DEFAULTS, ROW_DEFAULTS
@@ -626,6 +627,9 @@ def generic_rules_lines() -> list[str]:
         f"  `llm-foundry-by-year`: the first year in the text, {LLM_FOUNDRY_TRITON_LAST_YEAR} or earlier →"
         " `llm-foundry@0.2` (MPT's ALiBi",
         "  attention on the Triton FlashAttention-1 kernel, until flash-attn 2.4.2 took ALiBi), else `llm-foundry`.",
+        f"  `hf-transformers-by-year`: the first year in the text, {TRANSFORMERS_EAGER_LAST_YEAR} or earlier →"
+        " `hf-transformers@4.35`",
+        "  (eager attention: transformers made SDPA its default in 4.36, December 2023), else `hf-transformers`.",
         "  A year is a four-digit 20xx or a venue's two digits (`SC21`, `MLSys'23`); the source's",
         "  comes before the notes'. A stack that does not offer the row's ZeRO stage (the `zero` cell or one written",
         "  in the notes) yields to the first stack named in the source, then the notes, that does (a source's title",

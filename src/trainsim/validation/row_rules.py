@@ -9,7 +9,8 @@ docs/VALIDATION.md, section "Settings chosen for cells the sources leave empty".
 ``presets/frameworks``, or a stack in words such as ``NeMo 25.04``, matched by the keyword table) wins. Else
 :data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against the ``notes``: Megatron-DeepSpeed before
 DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper (``meta-llama3`` when that profile is shipped, else
-``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers, Megatron-Core /
+``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers (2023 or earlier:
+``hf-transformers@4.35``, eager attention), Megatron-Core /
 MCore named as such (``megatron-core``), Megatron-LM (by the first year in the text: 2021 or earlier is
 ``megatron-lm-2021``; 2022 and 2023 ``megatron-lm-2021@3.0``, the legacy ``megatron/model`` code path that Megatron-LM
 ran by default until Megatron-Core models became its default in 2024 - as do rows naming ``--use-legacy-models`` or
@@ -87,7 +88,7 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
     FrameworkRule("llm-foundry, MosaicML, Composer", r"llm[-_ ]?foundry|mosaic[-_ ]?ml|\bcomposer\b",
                   "llm-foundry-by-year", extended="torchtitan"),
     FrameworkRule("FSDP, FSDP2, accelerate", r"\bfsdp2?\b|\baccelerate\b", "fsdp", extended="torchtitan"),
-    FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers"),
+    FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers-by-year"),
     FrameworkRule("Megatron-Core, MCore", r"megatron[-_ ]?core|\bmcore\b", "megatron-core"),
     # Megatron-LM's models with a ZeRO stage its code did not offer ran on DeepSpeed (DeepSpeedExamples'
     # Megatron-LM-v1.1.5-ZeRO3, the SC'21 paper's ZeRO-3 baseline; Megatron-DeepSpeed with tensor parallelism)
@@ -107,6 +108,9 @@ TORCHTITAN_FUSED_NORM_LAST_YEAR = 2024
 #: llm-foundry's ALiBi models ran the Triton FlashAttention-1 kernel until flash-attn 2.4.2 (December 2023):
 #: ``llm-foundry@0.2``.
 LLM_FOUNDRY_TRITON_LAST_YEAR = 2023
+#: transformers made SDPA the default attention in 4.36 (December 2023); before, every model attended eagerly:
+#: ``hf-transformers@4.35``.
+TRANSFORMERS_EAGER_LAST_YEAR = 2023
 
 
 def first_year(text: str) -> int | None:
@@ -122,13 +126,15 @@ DATED_STACKS: dict[str, tuple[int, str, str]] = {
     "deepspeed-by-year": (DEEPSPEED_2021_LAST_YEAR, "deepspeed@0.3", "deepspeed"),
     "torchtitan-by-year": (TORCHTITAN_FUSED_NORM_LAST_YEAR, "torchtitan@2024", "torchtitan"),
     "llm-foundry-by-year": (LLM_FOUNDRY_TRITON_LAST_YEAR, "llm-foundry@0.2", "llm-foundry"),
+    "hf-transformers-by-year": (TRANSFORMERS_EAGER_LAST_YEAR, "hf-transformers@4.35", "hf-transformers"),
 }
 
 
 def stack_by_year(rule_framework: str, text: str) -> str:
     """The stack of a :data:`DATED_STACKS` rule for a run described by ``text``: the older one (``deepspeed@0.3``:
     per-parameter ZeRO-3 gathers after a device synchronize, list collectives; ``torchtitan@2024``: the train
-    configs' Triton fused RMSNorm; ``llm-foundry@0.2``: MPT's ALiBi attention on the Triton FlashAttention-1 kernel)
+    configs' Triton fused RMSNorm; ``llm-foundry@0.2``: MPT's ALiBi attention on the Triton FlashAttention-1 kernel;
+    ``hf-transformers@4.35``: eager attention before SDPA became transformers' default)
     when the first year in it is that rule's last year or earlier, else the current one (also without a year)."""
     last, older, current = DATED_STACKS[rule_framework]
     year = first_year(text)
