@@ -1051,3 +1051,16 @@ def test_an_unstated_or_mixed_precision_on_volta_is_fp16(tmp_path):
         m = one(tmp_path, gpu="V100-SXM3-32GB", precision=precision, source="Microsoft DeepSpeed ZeRO-3 blog",
                 num_gpus=16, gpus_per_node=16, global_batch=16, zero=3)
         assert m.job.training.precision == "fp16"
+
+
+def test_a_source_convention_fills_the_recompute_its_documentation_gives(tmp_path):
+    """vTrain's validation configs all set use_checkpoint: true: a vTrain row that leaves recompute empty ran full
+    recomputation (said so in its assumptions), where the generic rule would pick the lightest one that fits
+    (none for a small model); a stated recompute wins, and other sources keep the generic rule."""
+    vtrain = one(tmp_path, source="vTrain (MICRO 2024) multi-node validation, Megatron-DeepSpeed", gpu="A100-SXM4-80GB")
+    assert vtrain.job.training.recompute_granularity == "full"
+    assert any("use_checkpoint: true" in a for a in vtrain.assumptions)
+    stated = one(tmp_path, source="vTrain (MICRO 2024)", gpu="A100-SXM4-80GB", recompute="selective")
+    assert stated.job.training.recompute_granularity == "selective"
+    other = one(tmp_path, source="Some lab blog 2024", gpu="A100-SXM4-80GB")
+    assert other.job.training.recompute_granularity == "none"

@@ -47,6 +47,7 @@ from trainsim.validation.row_rules import (
     FALLBACK_FRAMEWORK,
     FRAMEWORK_KEYWORDS,
     LLM_FOUNDRY_TRITON_LAST_YEAR,
+    SOURCE_CONVENTIONS,
     SYSTEM_FOR_GPU_KEY,
     TORCHTITAN_FUSED_NORM_LAST_YEAR,
     TRANSFORMERS_EAGER_LAST_YEAR,
@@ -635,6 +636,9 @@ def generic_rules_lines() -> list[str]:
         "  in the notes) yields to the first stack named in the source, then the notes, that does (a source's title",
         "  may name the paper's own system while the notes describe the run's), else to its rule's alternative.",
         f"  No keyword: `{FALLBACK_FRAMEWORK}`, reported as a fallback.",
+        "- **Source conventions** (`row_rules.SOURCE_CONVENTIONS`): a setting a named source's own documentation"
+        " gives for all of its runs fills the cell a row of that source leaves empty (and the notes do not state): "
+        + "; ".join(f"{c.label} → `{c.key}` {c.value} ({c.why})" for c in SOURCE_CONVENTIONS) + ".",
         "- **Megatron arguments in the notes** fill the cells the row leaves empty: "
         + ", ".join(f"`{name}`" for name in notes_flag_names()),
         "  (`--overlap-param-gather` and `--fp8-param-gather` imply the distributed optimizer and `--tp-comm-overlap`",

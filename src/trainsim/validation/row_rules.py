@@ -18,6 +18,9 @@ vTrain, whose runs used those layers - unless the row runs FP8 or names Transfor
 which only Megatron-Core provides; else ``megatron-core``). Entries whose profile is
 not shipped are skipped. No match: the default stack ``megatron-core``, reported as a fallback.
 
+**Source conventions** (:data:`SOURCE_CONVENTIONS`): a setting a named source's own documentation gives for all of
+its runs (vTrain's validation configs: activation checkpointing on every run) fills the cell its rows leave empty.
+
 **System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
 in :data:`SYSTEM_FOR_GPU_KEY`. An A100 whose name says 40GB is the DGX-A100 40GB part (40 GiB HBM2 at 1555 GB/s,
 A100 datasheet); an H100 whose name says HBM2e, 95/96 GB, 500 W or Grand Teton is Meta's power-limited Grand Teton
@@ -429,6 +432,31 @@ def _negation(notes: str, found: re.Match[str]) -> str | None:
     if _NEGATED_BEFORE.search(before[-40:]):
         return "off"
     return None
+
+
+@dataclass(frozen=True)
+class SourceConvention:
+    """A setting a named source's own documentation gives for all of its runs: when ``pattern`` (case-insensitive)
+    occurs in a row's source text and the row states no ``key``, the run used ``value`` (``why`` cites it)."""
+
+    label: str
+    pattern: str
+    key: str
+    value: Any
+    why: str
+
+
+#: How a named source configured every run it published, by its own documentation (read from the source text only).
+SOURCE_CONVENTIONS: tuple[SourceConvention, ...] = (
+    SourceConvention("vTrain", r"\bvtrain\b", "recompute", "full",
+                     "every validation config of VIA-Research/vTrain (config/validation/{single,multi}/*.json) "
+                     "sets use_checkpoint: true"),
+)
+
+
+def source_conventions(source: str) -> list[SourceConvention]:
+    """The :data:`SOURCE_CONVENTIONS` of a row's source text."""
+    return [c for c in SOURCE_CONVENTIONS if re.search(c.pattern, source, re.IGNORECASE)]
 
 
 def notes_flags(notes: str) -> dict[str, Any]:

@@ -93,6 +93,7 @@ from trainsim.validation.row_rules import (
     notes_flags,
     reports_eq3,
     sdpa_kernel_named,
+    source_conventions,
     stated_vpp,
     system_for_gpu,
 )
@@ -593,6 +594,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
     in_source = {k: v for k, v in notes_flags(_text(row, "source") or "").items()
                  if k in SOURCE_STATED and k not in stated}
     stated |= in_source
+    conventions = [c for c in source_conventions(_text(row, "source") or "")
+                   if c.key not in stated and _text(row, c.key) is None]
+    stated |= {c.key: c.value for c in conventions}
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
     zero = _zero(row)
     ep = _int(row, "ep") or int(stated.get("ep", 1))
@@ -668,6 +672,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         tr_notes.append(f"zero {stated['zero']} (named in the {'source' if 'zero' in in_source else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
+    by_convention = {f"{c.key} {c.value} (from the notes)": f"{c.key} {c.value} ({c.label}: {c.why})"
+                     for c in conventions}
+    tr_notes = [by_convention.get(n, n) for n in tr_notes]
     assumptions = (f"framework {framework.label} ({rule})",
                    *[f"{k} {v} (stated in the row)" for k, v in switched.items()],
                    *stack_notes, *sys_notes, *model_notes, *par_notes, *tr_notes,
