@@ -1053,13 +1053,18 @@ def test_an_unstated_or_mixed_precision_on_volta_is_fp16(tmp_path):
         assert m.job.training.precision == "fp16"
 
 
-def test_a_source_convention_fills_the_recompute_its_documentation_gives(tmp_path):
-    """vTrain's validation configs all set use_checkpoint: true: a vTrain row that leaves recompute empty ran full
-    recomputation (said so in its assumptions), where the generic rule would pick the lightest one that fits
-    (none for a small model); a stated recompute wins, and other sources keep the generic rule."""
-    vtrain = one(tmp_path, source="vTrain (MICRO 2024) multi-node validation, Megatron-DeepSpeed", gpu="A100-SXM4-80GB")
+def test_a_source_convention_fills_the_cells_its_documentation_gives(tmp_path):
+    """vTrain's validation configs all set use_checkpoint: true, 8 GPUs and 800 Gb/s per node and GPT-2's vocabulary:
+    a vTrain row that leaves those cells empty ran them (said so in its assumptions) - full recomputation where the
+    generic rule would pick the lightest one that fits (none for a small model); a stated cell wins, and other
+    sources keep the generic rules."""
+    vtrain = one(tmp_path, source="vTrain (MICRO 2024) multi-node validation, Megatron-DeepSpeed", gpu="A100-SXM4-80GB",
+                 num_gpus=16)
     assert vtrain.job.training.recompute_granularity == "full"
     assert any("use_checkpoint: true" in a for a in vtrain.assumptions)
+    network = vtrain.job.system.network  # its configs' 800 Gb/s per 8-GPU node, not the DGX A100's 8 x 200 Gb/s
+    assert vtrain.job.system.gpus_per_node == 8 and network.nics_per_node * network.nic_bandwidth == 800e9 / 8
+    assert vtrain.job.model.vocab_size == 50257
     stated = one(tmp_path, source="vTrain (MICRO 2024)", gpu="A100-SXM4-80GB", recompute="selective")
     assert stated.job.training.recompute_granularity == "selective"
     other = one(tmp_path, source="Some lab blog 2024", gpu="A100-SXM4-80GB")

@@ -19,7 +19,8 @@ which only Megatron-Core provides; else ``megatron-core``). Entries whose profil
 not shipped are skipped. No match: the default stack ``megatron-core``, reported as a fallback.
 
 **Source conventions** (:data:`SOURCE_CONVENTIONS`): a setting a named source's own documentation gives for all of
-its runs (vTrain's validation configs: activation checkpointing on every run) fills the cell its rows leave empty.
+its runs (vTrain's validation configs: activation checkpointing on every run, 8 GPUs and 800 Gb/s per node, GPT-2's
+vocabulary) fills the cell its rows leave empty.
 
 **System** (:func:`system_for_gpu`): the ``gpu`` cell normalised by :func:`trainsim.cost.tables.gpu_key`, looked up
 in :data:`SYSTEM_FOR_GPU_KEY`. An A100 whose name says 40GB is the DGX-A100 40GB part (40 GiB HBM2 at 1555 GB/s,
@@ -447,10 +448,17 @@ class SourceConvention:
 
 
 #: How a named source configured every run it published, by its own documentation (read from the source text only).
+_VTRAIN = r"\bvtrain\b"
+_VTRAIN_CONFIG = "VIA-Research/vTrain config/validation/{single,multi}/*.json and src/config.py"
 SOURCE_CONVENTIONS: tuple[SourceConvention, ...] = (
-    SourceConvention("vTrain", r"\bvtrain\b", "recompute", "full",
-                     "every validation config of VIA-Research/vTrain (config/validation/{single,multi}/*.json) "
-                     "sets use_checkpoint: true"),
+    SourceConvention("vTrain", _VTRAIN, "recompute", "full",
+                     f"every validation config sets use_checkpoint: true ({_VTRAIN_CONFIG})"),
+    SourceConvention("vTrain", _VTRAIN, "gpus_per_node", 8, f"node_size: 8 ({_VTRAIN_CONFIG})"),
+    SourceConvention("vTrain", _VTRAIN, "nic_per_node", 4,
+                     f"inter_node_bandwidth: 800 Gb/s in total per node ({_VTRAIN_CONFIG}): four 200 Gb/s HDR ports"),
+    SourceConvention("vTrain", _VTRAIN, "nic_gbps", 200,
+                     f"inter_node_bandwidth: 800 Gb/s in total per node ({_VTRAIN_CONFIG}): four 200 Gb/s HDR ports"),
+    SourceConvention("vTrain", _VTRAIN, "vocab", 50257, f"vocab_size: 50257, GPT-2's tokenizer ({_VTRAIN_CONFIG})"),
 )
 
 

@@ -590,13 +590,17 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         raise RowError(f"notes: {unmodelled.group(0)!r}: offloading to NVMe is not modelled; trainsim models "
                        "offloading to the host CPU only")
     stated = notes_flags(notes)
+    # what the source's own documentation gives for all of its runs fills the cells this row leaves empty
+    conventions = [c for c in source_conventions(_text(row, "source") or "")
+                   if c.key not in stated and _text(row, c.key) is None]
+    if conventions:
+        row = row.copy()
+        for c in conventions:
+            row[c.key] = c.value
     # "DeepSpeed ZeRO-3 ..." or "ZeRO-Offload" in the source: the stage and the offloading the run used
     in_source = {k: v for k, v in notes_flags(_text(row, "source") or "").items()
                  if k in SOURCE_STATED and k not in stated}
     stated |= in_source
-    conventions = [c for c in source_conventions(_text(row, "source") or "")
-                   if c.key not in stated and _text(row, c.key) is None]
-    stated |= {c.key: c.value for c in conventions}
     fp8 = (_precision(row) or stated.get("precision")) == "fp8"
     zero = _zero(row)
     ep = _int(row, "ep") or int(stated.get("ep", 1))
@@ -672,11 +676,9 @@ def generic_measurement(row: pd.Series, source: str) -> Measurement:
         tr_notes.append(f"zero {stated['zero']} (named in the {'source' if 'zero' in in_source else 'notes'})")
     elif training.zero_stage is None and not any(n.startswith("zero ") for n in tr_notes):
         tr_notes.append(f"zero {job.training.zero_stage} (the profile's default stage)")
-    by_convention = {f"{c.key} {c.value} (from the notes)": f"{c.key} {c.value} ({c.label}: {c.why})"
-                     for c in conventions}
-    tr_notes = [by_convention.get(n, n) for n in tr_notes]
     assumptions = (f"framework {framework.label} ({rule})",
                    *[f"{k} {v} (stated in the row)" for k, v in switched.items()],
+                   *[f"{c.key} {c.value} ({c.label}: {c.why})" for c in conventions],
                    *stack_notes, *sys_notes, *model_notes, *par_notes, *tr_notes,
                    f"measured time from {_measured_column(row)}" + (" (SC'21 Eq. 3 FLOPs)" if eq3 is not None else ""))
     return Measurement(rid, source, job, measured, notes, assumptions)
