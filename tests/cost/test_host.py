@@ -95,6 +95,13 @@ def test_the_host_runs_on_through_the_collectives_a_pass_waits_for_but_not_acros
     # a dropless MoE forward pass copies its token counts to the host: the collectives queued before add as before
     synced = [*free, replace(elementwise("moe_permute", "fwd", 1.0), host_sync=True)]
     assert host_excess(synced, [1.0, 1.0, 1.0, 1.0], host, other_gpu=2.0) == pytest.approx(4.0)
+    # and the sync splits the pass: GPU-heavy work before it (an attention) cannot cover the host time of the
+    # operators issued after it (the expert dispatch): 6.5 s of GPU against 8 s of host waits 1.5 s without the
+    # sync, 4.5 s with it (nothing before it, 6 - 1.5 after it)
+    split = [free[0], synced[-1], *free[1:]]
+    unsynced = [free[0], replace(synced[-1], host_sync=False), *free[1:]]
+    assert host_excess(unsynced, [5.0, 0.5, 0.5, 0.5], host) == pytest.approx(1.5)
+    assert host_excess(split, [5.0, 0.5, 0.5, 0.5], host) == pytest.approx(4.5)
 
 
 def test_a_host_bound_tensor_parallel_step_hides_its_collectives_in_both_engines():

@@ -5,7 +5,8 @@ An eager training step issues every operator from Python (module code, autograd,
 ``benchmarks/h100/measure_training.py``'s ``host`` configurations, 128-token micro-batches where every kernel is short
 and the step time is the host's; :mod:`trainsim.validation.host_fit`). The host runs ahead of the GPU through a layer,
 so a pass of one block costs ``max(GPU, host)``; blocks are not amortised against each other (a dropless MoE layer
-waits for its token counts, Megatron-Core's ``cuda_sync_point``, so the host cannot run ahead across it).
+waits for its token counts, Megatron-Core's ``cuda_sync_point``, so the host cannot run ahead across it, and the
+layer's pass costs ``max(GPU, host)`` on each side of that synchronisation).
 Operators issued by a Python loop over the local experts (``host_calls > 1``) run in lockstep with the host: the loop
 waits on the device as it goes (Megatron-Core's SequentialMLP: about one host synchronisation per two experts per
 layer and micro-batch, ``syncs_per_step`` in ``gpu-h100/measured.jsonl``), so each costs ``max(GPU, host)`` on its own.
@@ -38,14 +39,19 @@ def host_excess(ops: Sequence[ComputeOp], gpu: Sequence[float], host: Callable[[
     host keeps issuing the next operators while the GPU waits for it: a host-bound pass hides its exposed
     collectives instead of adding them. Not across a host synchronisation (an op with ``host_sync``: the forward
     pass of a dropless MoE layer copies its per-expert token counts to the host before the dispatch), where the host
-    waits for everything the GPU has queued, collectives included: they add as before."""
-    lockstep = free_host = 0.0
+    waits for everything the GPU has queued, collectives included: they add as before, and the pass splits there
+    into two parts that each wait for their own host - the GPU work queued before the sync cannot cover the host
+    time of the operators issued after it (the attention of a MoE layer does not hide its expert dispatch)."""
+    lockstep = excess = free_host = 0.0
     free_gpu = 0.0 if any(op.host_sync for op in ops) else other_gpu
     for op, g in zip(ops, gpu, strict=True):
+        if op.host_sync:  # the host waits here for the GPU to drain: the work before cannot hide the work after
+            excess += max(free_host - free_gpu, 0.0)
+            free_host = free_gpu = 0.0
         h = host(op)
         if op.host_calls > 1:
             lockstep += max(h - g, 0.0)
         else:
             free_host += h
             free_gpu += g
-    return lockstep + max(free_host - free_gpu, 0.0)
+    return lockstep + excess + max(free_host - free_gpu, 0.0)
