@@ -814,7 +814,8 @@ def test_a_stack_that_splits_any_layer_count_uses_its_own_rule(tmp_path):
 @pytest.mark.parametrize(("source", "notes", "expected"), [
     ("DeepSpeed ZeRO-3 blog 2021", "", "deepspeed@0.3"),  # ZeRO-3 as released: no overlap, list collectives
     ("Narayanan et al. SC21 (DeepSpeed baseline)", "", "deepspeed@0.3"),  # a venue's two-digit year
-    ("DeepSpeed ZeRO-3 blog 2023", "", "deepspeed"),
+    ("DeepSpeed ZeRO-3 blog 2023", "", "deepspeed@0.12"),  # the ZeRO-3 of today, transformers' eager attention
+    ("DeepSpeed ZeRO-3 blog 2024", "", "deepspeed"),
     ("DeepSpeed ZeRO-3", "", "deepspeed"),  # no year: the current engine
 ])
 def test_deepspeed_rows_take_the_engine_of_their_year(source, notes, expected):
@@ -846,6 +847,22 @@ def test_llm_foundry_rows_take_the_attention_kernel_of_their_year(source, expect
 ])
 def test_transformers_rows_take_the_attention_default_of_their_year(source, expected):
     assert infer_framework(None, source, "")[0] == expected
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("DeepSpeed ZeRO-3 blog 2021", "deepspeed@0.3"),  # ZeRO-3 before its gathers overlapped
+    ("DeepSpeed ZeRO-3 fine-tuning of a Hugging Face model, 2023", "deepspeed@0.12"),  # transformers <= 4.35
+    ("DeepSpeed ZeRO-3, 2024", "deepspeed"),
+    ("HF accelerate FSDP run 2022", "fsdp@2.1"),
+    ("PyTorch FSDP2 2024", "fsdp"),
+])
+def test_sharded_stacks_of_2022_2023_run_the_eager_attention_of_their_transformers(source, expected):
+    from trainsim.spec.framework import load_framework
+
+    name = infer_framework(None, source, "")[0]
+    assert name == expected
+    attention = load_framework(name).attention_backend
+    assert (attention == "local") == (name != expected.split("@")[0])  # the dated versions attend eagerly
 
 
 def test_torchtitan_2024_runs_the_fused_rmsnorm_and_keeps_less_per_layer(tmp_path):

@@ -621,7 +621,11 @@ def generic_rules_lines() -> list[str]:
         f"  `deepspeed-by-year`: the first year in the text, {DEEPSPEED_2021_LAST_YEAR} or earlier → `deepspeed@0.3`"
         " (ZeRO-3 before its",
         "  gathers overlapped: each parameter all-gathered on its own after a device synchronize, list collectives),",
-        "  else `deepspeed`.",
+        f"  {TRANSFORMERS_EAGER_LAST_YEAR} or earlier → `deepspeed@0.12` (the transformers models of 2022-2023, eager"
+        " attention), else `deepspeed`.",
+        f"  `fsdp-by-year`: the first year in the text, {TRANSFORMERS_EAGER_LAST_YEAR} or earlier → `fsdp@2.1` (the"
+        " transformers models of",
+        "  2022-2023, eager attention), else `fsdp`.",
         f"  `torchtitan-by-year`: the first year in the text, {TORCHTITAN_FUSED_NORM_LAST_YEAR} or earlier →"
         " `torchtitan@2024` (the train",
         "  configs' Triton fused RMSNorm, norm_type `fused_rmsnorm`, until August 2024), else `torchtitan`.",

@@ -9,8 +9,9 @@ docs/VALIDATION.md, section "Settings chosen for cells the sources leave empty".
 ``presets/frameworks``, or a stack in words such as ``NeMo 25.04``, matched by the keyword table) wins. Else
 :data:`FRAMEWORK_KEYWORDS` is matched against the ``source`` text, then against the ``notes``: Megatron-DeepSpeed before
 DeepSpeed, NeMo / Megatron-Bridge, torchtitan, Meta's Llama 3 paper (``meta-llama3`` when that profile is shipped, else
-``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers (2023 or earlier:
-``hf-transformers@4.35``, eager attention), Megatron-Core /
+``megatron-core``), DeepSpeed / ZeRO-3, FSDP / llm-foundry / accelerate, Hugging Face transformers (by year: the
+transformers models of 2023 and earlier attend eagerly, ``hf-transformers@4.35``, ``deepspeed@0.12``, ``fsdp@2.1``;
+DeepSpeed of 2021 is ``deepspeed@0.3``), Megatron-Core /
 MCore named as such (``megatron-core``), Megatron-LM (by the first year in the text: 2021 or earlier is
 ``megatron-lm-2021``; 2022 and 2023 ``megatron-lm-2021@3.0``, the legacy ``megatron/model`` code path that Megatron-LM
 ran by default until Megatron-Core models became its default in 2024 - as do rows naming ``--use-legacy-models`` or
@@ -91,7 +92,7 @@ FRAMEWORK_KEYWORDS: tuple[FrameworkRule, ...] = (
                   "deepspeed-by-year", extended="megatron-deepspeed"),
     FrameworkRule("llm-foundry, MosaicML, Composer", r"llm[-_ ]?foundry|mosaic[-_ ]?ml|\bcomposer\b",
                   "llm-foundry-by-year", extended="torchtitan"),
-    FrameworkRule("FSDP, FSDP2, accelerate", r"\bfsdp2?\b|\baccelerate\b", "fsdp", extended="torchtitan"),
+    FrameworkRule("FSDP, FSDP2, accelerate", r"\bfsdp2?\b|\baccelerate\b", "fsdp-by-year", extended="torchtitan"),
     FrameworkRule("Hugging Face, transformers", r"hugging ?face|\btransformers\b", "hf-transformers-by-year"),
     FrameworkRule("Megatron-Core, MCore", r"megatron[-_ ]?core|\bmcore\b", "megatron-core"),
     # Megatron-LM's models with a ZeRO stage its code did not offer ran on DeepSpeed (DeepSpeedExamples'
@@ -125,24 +126,31 @@ def first_year(text: str) -> int | None:
     return min(hits)[1] if hits else None
 
 
-#: Stacks resolved by the year of a row alone: rule name -> (last year of the older stack, older stack, current).
-DATED_STACKS: dict[str, tuple[int, str, str]] = {
-    "deepspeed-by-year": (DEEPSPEED_2021_LAST_YEAR, "deepspeed@0.3", "deepspeed"),
-    "torchtitan-by-year": (TORCHTITAN_FUSED_NORM_LAST_YEAR, "torchtitan@2024", "torchtitan"),
-    "llm-foundry-by-year": (LLM_FOUNDRY_TRITON_LAST_YEAR, "llm-foundry@0.2", "llm-foundry"),
-    "hf-transformers-by-year": (TRANSFORMERS_EAGER_LAST_YEAR, "hf-transformers@4.35", "hf-transformers"),
+#: Stacks resolved by the year of a row alone: rule name -> ((last year, older stack) ascending, current stack).
+DATED_STACKS: dict[str, tuple[tuple[tuple[int, str], ...], str]] = {
+    "deepspeed-by-year": (((DEEPSPEED_2021_LAST_YEAR, "deepspeed@0.3"),
+                           (TRANSFORMERS_EAGER_LAST_YEAR, "deepspeed@0.12")), "deepspeed"),
+    "fsdp-by-year": (((TRANSFORMERS_EAGER_LAST_YEAR, "fsdp@2.1"),), "fsdp"),
+    "torchtitan-by-year": (((TORCHTITAN_FUSED_NORM_LAST_YEAR, "torchtitan@2024"),), "torchtitan"),
+    "llm-foundry-by-year": (((LLM_FOUNDRY_TRITON_LAST_YEAR, "llm-foundry@0.2"),), "llm-foundry"),
+    "hf-transformers-by-year": (((TRANSFORMERS_EAGER_LAST_YEAR, "hf-transformers@4.35"),), "hf-transformers"),
 }
 
 
 def stack_by_year(rule_framework: str, text: str) -> str:
-    """The stack of a :data:`DATED_STACKS` rule for a run described by ``text``: the older one (``deepspeed@0.3``:
-    per-parameter ZeRO-3 gathers after a device synchronize, list collectives; ``torchtitan@2024``: the train
-    configs' Triton fused RMSNorm; ``llm-foundry@0.2``: MPT's ALiBi attention on the Triton FlashAttention-1 kernel;
-    ``hf-transformers@4.35``: eager attention before SDPA became transformers' default)
-    when the first year in it is that rule's last year or earlier, else the current one (also without a year)."""
-    last, older, current = DATED_STACKS[rule_framework]
+    """The stack of a :data:`DATED_STACKS` rule for a run described by ``text``: the first older one whose last year
+    is not before the first year in it (``deepspeed@0.3``: per-parameter ZeRO-3 gathers after a device synchronize,
+    list collectives; ``deepspeed@0.12`` and ``fsdp@2.1``: the transformers models of 2022-2023, eager attention;
+    ``torchtitan@2024``: the train configs' Triton fused RMSNorm; ``llm-foundry@0.2``: MPT's ALiBi attention on the
+    Triton FlashAttention-1 kernel; ``hf-transformers@4.35``: eager attention before SDPA became transformers'
+    default), else the current one (also without a year)."""
+    older, current = DATED_STACKS[rule_framework]
     year = first_year(text)
-    return older if year is not None and year <= last else current
+    if year is not None:
+        for last, stack in older:
+            if year <= last:
+                return stack
+    return current
 
 
 def megatron_by_year(text: str, fp8: bool = False) -> str:
