@@ -42,16 +42,19 @@ def host_excess(ops: Sequence[ComputeOp], gpu: Sequence[float], host: Callable[[
     waits for everything the GPU has queued, collectives included: they add as before, and the pass splits there
     into two parts that each wait for their own host - the GPU work queued before the sync cannot cover the host
     time of the operators issued after it (the attention of a MoE layer does not hide its expert dispatch)."""
-    lockstep = excess = free_host = 0.0
-    free_gpu = 0.0 if any(op.host_sync for op in ops) else other_gpu
+    lockstep = excess = free_host = free_gpu = 0.0
+    synced = False
     for op, g in zip(ops, gpu, strict=True):
         if op.host_sync:  # the host waits here for the GPU to drain: the work before cannot hide the work after
             excess += max(free_host - free_gpu, 0.0)
             free_host = free_gpu = 0.0
+            synced = True
         h = host(op)
         if op.host_calls > 1:
             lockstep += max(h - g, 0.0)
         else:
             free_host += h
             free_gpu += g
+    if not synced:  # one part only: the whole pass's collectives hide behind its host
+        free_gpu += other_gpu
     return lockstep + excess + max(free_host - free_gpu, 0.0)

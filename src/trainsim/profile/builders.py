@@ -377,7 +377,7 @@ def _forward_spec(base: str, op: ComputeOp, ctx: OpContext) -> _Fwd | None:
         probs = torch.rand(routed, device=ctx.device, dtype=act)
         return _Fwd(lambda y: K.unpermute(y, index, probs, local), [r(routed, h)], [0], routed * h, "unpermute")
     if base in ("moe_sort", "moe_unsort"):  # received rows regrouped by local expert (and back): a row gather
-        rows = max(1, round(op.bytes / (2 * h * act.itemsize)))
+        rows = max(1, round(moe_expert_tokens(model, shard)[1]))
         order = torch.randperm(rows, device=ctx.device)
         return _Fwd(lambda x: K.permute(x, order), [r(rows, h)], [0], rows * h, "permute")
     if base == "router_topk":

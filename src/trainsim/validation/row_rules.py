@@ -458,14 +458,13 @@ class SourceConvention:
 #: How a named source configured every run it published, by its own documentation (read from the source text only).
 _VTRAIN = r"\bvtrain\b"
 _VTRAIN_CONFIG = "VIA-Research/vTrain config/validation/{single,multi}/*.json and src/config.py"
+_VTRAIN_NETWORK = f"inter_node_bandwidth: 800 Gb/s in total per node ({_VTRAIN_CONFIG}): four 200 Gb/s HDR ports"
 SOURCE_CONVENTIONS: tuple[SourceConvention, ...] = (
     SourceConvention("vTrain", _VTRAIN, "recompute", "full",
                      f"every validation config sets use_checkpoint: true ({_VTRAIN_CONFIG})"),
     SourceConvention("vTrain", _VTRAIN, "gpus_per_node", 8, f"node_size: 8 ({_VTRAIN_CONFIG})"),
-    SourceConvention("vTrain", _VTRAIN, "nic_per_node", 4,
-                     f"inter_node_bandwidth: 800 Gb/s in total per node ({_VTRAIN_CONFIG}): four 200 Gb/s HDR ports"),
-    SourceConvention("vTrain", _VTRAIN, "nic_gbps", 200,
-                     f"inter_node_bandwidth: 800 Gb/s in total per node ({_VTRAIN_CONFIG}): four 200 Gb/s HDR ports"),
+    SourceConvention("vTrain", _VTRAIN, "nic_per_node", 4, _VTRAIN_NETWORK),
+    SourceConvention("vTrain", _VTRAIN, "nic_gbps", 200, _VTRAIN_NETWORK),
     SourceConvention("vTrain", _VTRAIN, "vocab", 50257, f"vocab_size: 50257, GPT-2's tokenizer ({_VTRAIN_CONFIG})"),
 )
 
