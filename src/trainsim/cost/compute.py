@@ -71,7 +71,7 @@ def op_time(op: ComputeOp, gpu: GPU, calib: Calibration) -> float:
         return max(compute_time, memory_time) + calib.kernel_overhead_s
     if op.kind == "attention":
         assert op.attn is not None
-        batch, heads, seq_q, _seq_kv, head_dim, _causal = op.attn
+        batch, heads, seq_q, seq_kv, head_dim, causal = op.attn
         tiles = batch * heads * math.ceil(seq_q / ATTENTION_Q_TILE)
         wave = _wave_utilisation(tiles, gpu.num_sms)
         if (documented := flash_kernel_efficiency(op.kernel, gpu.generation)) is not None:
@@ -80,7 +80,7 @@ def op_time(op: ComputeOp, gpu: GPU, calib: Calibration) -> float:
             eff = calib.attention_efficiency * wave * min(1.0, head_dim / 128) ** 0.3
             if op.phase == "bwd":
                 eff *= ATTENTION_BWD_RATIO
-            eff *= op.efficiency * flash_kernel_factor(op.kernel, gpu.generation, head_dim)
+            eff *= op.efficiency * flash_kernel_factor(op.kernel, gpu.generation, head_dim, seq_kv, bool(causal))
         compute_time = op.flops / (_peak(gpu, "bf16" if op.dtype in LOW_PRECISION else op.dtype) * eff)
         return max(compute_time, memory_time) + calib.kernel_overhead_s
     compute_time = op.flops / gpu.vector_flops if op.flops else 0.0

@@ -145,7 +145,8 @@ class SurfaceCostModel(AnalyticCostModel):
                      else self.calibration.measured_kernel_scale)
             eff = op.efficiency
             if op.kind == "attention" and op.attn is not None:  # the stack's kernel library against cuDNN's
-                eff *= flash_kernel_factor(op.kernel, self.system.gpu.generation, op.attn[4])
+                _b, _h, _sq, seq_kv, head_dim, causal = op.attn
+                eff *= flash_kernel_factor(op.kernel, self.system.gpu.generation, head_dim, seq_kv, bool(causal))
             t = op.flops / (thr / ref * peak * scale * eff)
         self._hits[op] = t
         return t
