@@ -97,7 +97,8 @@ def fa2_curves() -> dict[tuple[int, bool], tuple[tuple[float, float], ...]]:
     The numerator is the benchmark's FlashAttention-2, the denominator trainsim's own measured cuDNN surface at the
     same shape, not the paper's cuDNN: the surface was measured with a later cuDNN (PyTorch 2.11), up to ~20 %
     faster than the paper's at long sequences, while FlashAttention-2's kernel is unchanged. An ``fa2`` kernel so
-    costs the benchmark's FlashAttention-2 level at the benchmark's shapes. A head dimension the surface did not
+    costs the benchmark's FlashAttention-2 level at the benchmark's shapes (above 1 where the surface's short kernels
+    are bound by their launch latency: head dimension 64, causal, 512 tokens). A head dimension the surface did not
     measure keeps the paper's own FlashAttention-2 / cuDNN ratio."""
     curves: dict[tuple[int, bool], list[tuple[float, float]]] = {}
     for d, causal, seq, fa2, cudnn in _benchmark_rows():
@@ -119,14 +120,14 @@ def _along(points: tuple[tuple[float, float], ...], x: float) -> float:
 @cache
 def fa2_ratio(head_dim: int, seq: int = BENCHMARK_TOKENS, causal: bool = True) -> float:
     """FlashAttention-2's throughput relative to the modelled cuDNN kernel on Hopper (:func:`fa2_curves`) for a
-    ``seq``-key attention of ``head_dim``: along the sequence (log scale) at each benchmarked head dimension (a mask
-    the benchmark lacks there from the other mask), linear between head dimensions, the nearest outside them."""
+    ``seq``-key attention of ``head_dim`` with or without the causal mask: along the sequence (log scale) at each
+    benchmarked head dimension, linear between head dimensions, the nearest outside them."""
     curves = fa2_curves()
     dims = sorted({d for d, _ in curves})
     x = math.log(max(seq, 1))
 
     def at(d: int) -> float:
-        return _along(curves.get((d, causal)) or curves[(d, not causal)], x)
+        return _along(curves[(d, causal)], x)
 
     if head_dim <= dims[0]:
         return at(dims[0])
