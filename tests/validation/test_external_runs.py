@@ -39,7 +39,7 @@ def test_the_validation_page_shows_the_held_out_runs():
     assert any("every run predicted to fit" in line for line in lines)
 
 
-def test_llm_foundry_sequence_sweeps_show_no_trend_with_the_sequence_length():
+def test_llm_foundry_sequence_sweeps_show_no_trend_with_the_sequence_length_on_the_a100s():
     """The other 178 rows of llm-foundry's tables (512 to 65,536 tokens): with the 2023 stack's FlashAttention-1
     kernel the error does not grow with the sequence on the A100s (it did under FlashAttention-2 pricing: -42 % at
     65,536 tokens on the H100), every run is predicted to fit, and the long-sequence runs, where attention is most of
