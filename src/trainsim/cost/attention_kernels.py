@@ -30,7 +30,6 @@ from __future__ import annotations
 import csv
 import math
 import re
-import statistics
 from functools import cache
 from importlib import resources
 from itertools import pairwise
@@ -58,22 +57,12 @@ BENCHMARK_HIDDEN = 2048
 
 
 @cache
-def _benchmark_rows() -> tuple[tuple[int, bool, int, float, float], ...]:
+def benchmark_rows() -> tuple[tuple[int, bool, int, float, float], ...]:
     """(head_dim, causal, seq, FlashAttention-2 FLOP/s, cuDNN FLOP/s) of the packaged benchmark."""
     text = resources.files("trainsim").joinpath(*TABLE).read_text()
     return tuple((int(r["head_dim"]), r["causal"].strip().lower() == "true", int(r["seq"]),
                   float(r["fa2_tflops"]) * 1e12, float(r["cudnn_tflops"]) * 1e12)
                  for r in csv.DictReader(text.splitlines()))
-
-
-@cache
-def fa2_ratios() -> tuple[tuple[int, float], ...]:
-    """FlashAttention-2 / cuDNN forward throughput in the benchmark per head dimension (median over its sequence
-    lengths and masks), ascending by head dimension: the two kernels as the paper measured them."""
-    by_dim: dict[int, list[float]] = {}
-    for d, _causal, _seq, fa2, cudnn in _benchmark_rows():
-        by_dim.setdefault(d, []).append(fa2 / cudnn)
-    return tuple((d, statistics.median(v)) for d, v in sorted(by_dim.items()))
 
 
 def _modelled_cudnn(head_dim: int, causal: bool, seq: int) -> float | None:
@@ -101,7 +90,7 @@ def fa2_curves() -> dict[tuple[int, bool], tuple[tuple[float, float], ...]]:
     are bound by their launch latency: head dimension 64, causal, 512 tokens). A head dimension the surface did not
     measure keeps the paper's own FlashAttention-2 / cuDNN ratio."""
     curves: dict[tuple[int, bool], list[tuple[float, float]]] = {}
-    for d, causal, seq, fa2, cudnn in _benchmark_rows():
+    for d, causal, seq, fa2, cudnn in benchmark_rows():
         ref = _modelled_cudnn(d, causal, seq)
         curves.setdefault((d, causal), []).append((math.log(seq), fa2 / (ref if ref else cudnn)))
     return {k: tuple(sorted(v)) for k, v in curves.items()}
