@@ -327,3 +327,21 @@ def test_open_schedule_domain_follows_the_stack():
     titan = schedules({"name": "torchtitan", "pipeline_layer_split": "even"})
     assert titan[2] == {"interleaved", "zb-v", "dualpipev"} and titan[1] == {"1f1b"}
     assert schedules("megatron-deepspeed") == {1: {"1f1b"}}
+
+
+def test_a_stage_the_stack_runs_as_another_is_searched_as_that_one():
+    """Megatron-DeepSpeed's pipeline engine runs bf16 ZeRO-1 as its BF16_Optimizer (stage 0): with both stages
+    searched the ZeRO-1 candidate is merged into stage 0's; asked alone it is stage 0's, with the warning."""
+    def space(zero: str) -> SearchSpace:
+        return SearchSpace(model="llama2-13b", system="dgx-a100", num_gpus=32, others="default", tp=2, pp=2,
+                           zero_stage=zero, framework="megatron-deepspeed", training=Training(global_batch_size=64))
+
+    both = enumerate_space(space("0,1"))
+    assert {c.zero_stage for c in both.candidates} == {0} and both.equivalent >= 1
+    alone = enumerate_space(space("1"))
+    assert [c.zero_stage for c in alone.candidates] == [0] * len(alone.candidates) and alone.candidates
+    assert any("BF16_Optimizer" in w for w in alone.warnings)
+    fp16 = enumerate_space(SearchSpace(model="llama2-13b", system="dgx-a100", num_gpus=32, others="default", tp=2,
+                                       pp=2, zero_stage="0,1", framework="megatron-deepspeed",
+                                       training=Training(global_batch_size=64, precision="fp16")))
+    assert {c.zero_stage for c in fp16.candidates} == {0, 1} and fp16.equivalent == 0

@@ -95,7 +95,11 @@ def test_feasibility_depends_on_the_profile(framework, kw, field, words):
 def test_sharding_with_pipelining_is_accepted_where_the_engine_composes_them():
     j = job("torchtitan", parallelism=Parallelism(pp=2))
     assert j.training.zero_stage == 3 and j.dp_engine == "fsdp2"
-    assert job("deepspeed", zero_stage=1, parallelism=Parallelism(pp=2)).dp_engine == "deepspeed-zero"
+    fp16 = job("deepspeed", zero_stage=1, precision="fp16", parallelism=Parallelism(pp=2))
+    assert fp16.dp_engine == "deepspeed-zero" and fp16.training.zero_stage == 1
+    # bf16: DeepSpeed's pipeline engine runs its ZeRO-1 equivalent, the BF16_Optimizer, at stage 0
+    bf16 = job("deepspeed", zero_stage=1, parallelism=Parallelism(pp=2))
+    assert bf16.dp_engine == "deepspeed" and bf16.bf16_optimizer
 
 
 def test_mapping_and_object_forms_of_the_python_api():

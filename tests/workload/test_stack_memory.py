@@ -238,3 +238,38 @@ def test_sdpa_layout_keeps_the_attention_output_twice():
     delta = layer_activation_bytes(m, sh) - layer_activation_bytes(bshd.model, shard_of(bshd))
     assert delta == pytest.approx(2 * sh.micro_batch * sh.seq * m.num_attention_heads * m.head_dim)
     assert not fz.fusion_of(job("megatron-core")).attention_output_copy
+
+
+def _deepspeed_job(precision: str, zero: int, pp: int = 1, framework: str = "megatron-deepspeed") -> Job:
+    return Job(model=load_model("gpt3-1.7b"), system=load_system("dgx-a100"), num_gpus=8 * pp, framework=framework,
+               parallelism={"pp": pp},
+               training=Training(global_batch_size=64, micro_batch_size=1, precision=precision, zero_stage=zero))
+
+
+def test_bf16_optimizer_adds_every_backward_into_a_whole_fp32_gradient_buffer():
+    """DeepSpeed's BF16_Optimizer (bf16 at stage 0) frees the bf16 gradients before each backward, then casts them to
+    fp32 and adds them into a whole fp32 buffer: 18 bytes per parameter per micro-batch, and 2 + 4 bytes of gradients
+    per parameter resident (no fp32 copy at the step: the buffer is it)."""
+    bf16, fp16 = _deepspeed_job("bf16", 0), _deepspeed_job("fp16", 0)
+    assert bf16.bf16_optimizer and not fp16.bf16_optimizer and not _deepspeed_job("bf16", 1).bf16_optimizer
+    f = fz.fusion_of(bf16)
+    assert f.grad_copy_fp32 and fz.grad_accumulation_bytes(f, 2.0) == 2 + 4 + 12
+    assert fz.grad_accumulation_bytes(fz.fusion_of(fp16), 2.0) == 2 + 2 * 2  # autograd's add into the fp16 .grad
+    adds = [op for op in layer_work(bf16.model, shard_of(bf16), False).bwd if op.name == "layer_grad_accumulation"]
+    assert adds and adds[0].bytes == pytest.approx(18 * (bf16.model.attention_params + bf16.model.dense_mlp_params))
+    s = memory_per_stage(bf16)[0]
+    assert s.gradients_bytes == pytest.approx(3 * s.weights_bytes)  # bf16 weights: 2 bytes
+    assert memory_per_stage(fp16)[0].gradients_bytes == pytest.approx(memory_per_stage(fp16)[0].weights_bytes)
+    assert s.optimizer_step_bytes < memory_per_stage(_deepspeed_job("bf16", 1))[0].optimizer_step_bytes
+
+
+@pytest.mark.parametrize("framework", ["megatron-deepspeed", "deepspeed"])
+def test_deepspeed_pipeline_runs_bf16_zero1_as_the_bf16_optimizer(framework, recwarn):
+    """DeepSpeed's pipeline engine has no ZeRO-1 with bf16 gradient accumulation: bf16 pipeline runs use stage 0 or
+    ZeRO-1 with fp32 accumulation, both the BF16_Optimizer; without pipelining ZeRO-1 stays ZeRO-1, and fp16 too."""
+    j = _deepspeed_job("bf16", 1, pp=2, framework=framework)
+    assert j.training.zero_stage == 0 and j.bf16_optimizer
+    assert any("BF16_Optimizer" in str(w.message) for w in recwarn)
+    assert _deepspeed_job("bf16", 1, pp=1, framework=framework).training.zero_stage == 1
+    assert _deepspeed_job("fp16", 1, pp=2, framework=framework).training.zero_stage == 1
+    assert _deepspeed_job("bf16", 1, pp=2, framework="megatron-core").training.zero_stage == 1

@@ -713,6 +713,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
             # a grid inside one NVLink domain is placed alike whichever of its groups takes adjacent ranks
             one_domain = all(_tp_nodes(o, tp, cp, ep, dp, pp, gpn) == 1 for o in orders)
             rows_first = {(g[1], g[3]) for g in grids if g[0] == "summa" and g[2] == "row"}
+            zeros = en.zero_values(pp, dp, cp)
             for (vpp, schedule), mbs, recompute, zero, sp, grid in itertools.product(
                     pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp),
                     grids):
@@ -738,17 +739,24 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                                      "zero_stage": zero})
                     with warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always", TrainsimWarning)
-                        Job(model=model, system=system, parallelism=par, training=tr, num_gpus=world,
-                            framework=space.framework)
+                        job = Job(model=model, system=system, parallelism=par, training=tr, num_gpus=world,
+                                  framework=space.framework)
                 except TrainsimError as err:
                     skip(err, per_combination)
+                    continue
+                # the stack may run another stage than asked (DeepSpeed's pipeline engine: bf16 ZeRO-1 is its
+                # BF16_Optimizer, stage 0): the candidate is that stage's, merged when that one is searched too
+                resolved = job.training.zero_stage or 0
+                if resolved != zero and resolved in zeros:
+                    out.equivalent += per_combination
                     continue
                 out.equivalent += merged
                 for w in caught:
                     if issubclass(w.category, TrainsimWarning):
                         out.warnings[str(w.message)] += len(orders)
-                out.candidates.extend(CandidateSpec(world, tp, pp, vpp, cp, ep, dp, mbs, schedule, recompute, zero,
-                                                    sp, order, etp, mode, rows, inner, nb) for order in orders)
+                out.candidates.extend(CandidateSpec(world, tp, pp, vpp, cp, ep, dp, mbs, schedule, recompute,
+                                                    resolved, sp, order, etp, mode, rows, inner, nb)
+                                      for order in orders)
     return out
 
 

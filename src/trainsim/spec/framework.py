@@ -65,8 +65,8 @@ OPTIONAL_FIELDS = frozenset({"virtual_stages_default", "gradient_accumulation_fu
                              "forward_prefetch", "backward_prefetch", "limit_all_gathers", "all_gather_copy_out",
                              "cp_comm_type", "sharding_strategy", "gather_device_sync", "collective_rank_lists",
                              "train_metric_passes", "compiled_causal_mask", "attention_layout",
-                             "bf16_optimizer_partitions", "moe_tp_shards_sequence", "fp8_tp_gather",
-                             "transformers_model_code"})
+                             "bf16_optimizer_partitions", "bf16_optimizer_with_pp", "moe_tp_shards_sequence",
+                             "fp8_tp_gather", "transformers_model_code"})
 
 
 class Framework(Spec, frozen=True):
@@ -273,6 +273,10 @@ class Framework(Spec, frozen=True):
                                   "weights and Adam moments over the data-parallel ranks and all-gathers the updated "
                                   "16-bit weights after its step, gradients all-reduced whole (DeepSpeed's "
                                   "BF16_Optimizer, ZeRO-1's footprint); None: False")
+    bf16_optimizer_with_pp: bool | None = Field(
+        default=None, description="bf16 ZeRO-1 with pipelining runs that partitioned optimizer instead (the "
+                                  "pipeline engine has no ZeRO-1 with bf16 gradient accumulation): resolved to "
+                                  "stage 0 with a warning; None: False")
     max_zero_stage: int = Field(ge=0, le=3, description="highest ZeRO/sharding stage the engine offers")
     max_zero_stage_with_pp: int = Field(ge=0, le=3, description="highest stage accepted together with pipelining")
     # ---- parallelism the stack offers ----------------------------------------------------------------------------

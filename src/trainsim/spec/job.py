@@ -171,6 +171,14 @@ class Job(Spec, frozen=True):
         return self.framework.engine_for(self.training.zero_stage or 0)
 
     @property
+    def bf16_optimizer(self) -> bool:
+        """Whether DeepSpeed's ``BF16_Optimizer`` runs this job (bf16 at ZeRO stage 0 under a profile with
+        ``bf16_optimizer_partitions``): master weights and moments partitioned over the data-parallel ranks, and
+        every backward's 16-bit gradients cast and added into a whole fp32 gradient buffer."""
+        tr = self.training
+        return (tr.zero_stage or 0) == 0 and tr.precision == "bf16" and bool(self.framework.bf16_optimizer_partitions)
+
+    @property
     def num_nodes(self) -> int:
         """Nodes (NVLink domains) used, rounded up."""
         return -(-self.world_size // self.system.gpus_per_node)
@@ -221,6 +229,11 @@ def resolve_stack(data: dict[str, Any]) -> dict[str, Any]:
         if training.attention != "flash":
             over["masked_softmax_fusion"] = training.attention == "unfused"
     zero = training.zero_stage if training.zero_stage is not None else fw.default_zero_stage
+    if zero == 1 and par.pp > 1 and training.precision == "bf16" and fw.bf16_optimizer_partitions \
+            and fw.bf16_optimizer_with_pp:
+        warn("training.zero_stage", f"{fw.name}: bf16 ZeRO-1 with pipelining runs DeepSpeed's BF16_Optimizer "
+             "(its own ZeRO-1 equivalent): predicted with --zero-stage 0")
+        zero = 0
     if not par.sequence_parallel and fw.shards_sequence(par.tp, par.ep > 1 or _num_experts(data.get("model")) > 0):
         if not fw.tp_shards_sequence:  # the user's choice overruled (Megatron-Core refuses MoE + TP without it)
             warn("parallelism.sequence_parallel", f"{fw.name} requires sequence parallelism for a "

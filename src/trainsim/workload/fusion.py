@@ -100,6 +100,8 @@ class Fusion:
     dropout: bool = True
     grad_accumulation: bool = True  # wgrad GEMMs accumulate into main_grad (no separate add per micro-batch)
     grads_fp32: bool = True  # gradient accumulation buffer in fp32 (else the parameter dtype)
+    grad_copy_fp32: bool = False  # every backward's 16-bit gradients cast, then added into an fp32 buffer
+    # (DeepSpeed BF16_Optimizer.update_hp_grads: hp_grad.add_(lp.grad.to(fp32)), two kernels per tensor)
     metric_passes: int = 0  # forward-only cross-entropy passes over the logits for training metrics
     masked_attention: bool = False  # SDPA gets an explicit causal mask tensor (no block skipping, masked kernels)
     attention_output_copy: bool = False  # transformers layout: SDPA's saved [b, a, s, d] output and its contiguous
@@ -123,7 +125,7 @@ def fusion_of(job: Job) -> Fusion:
                   qkv_split=fw.module_layout == "megatron" and not compiled, dropout=fw.dropout,
                   grad_accumulation=fw.gradient_accumulation_fusion and (
                       grads_fp32 or not fw.gradient_accumulation_fusion_fp32_only),
-                  grads_fp32=grads_fp32, metric_passes=fw.train_metric_passes or 0,
+                  grads_fp32=grads_fp32, grad_copy_fp32=job.bf16_optimizer, metric_passes=fw.train_metric_passes or 0,
                   masked_attention=compiled and fw.compiled_causal_mask == "materialized"
                   and job.model.causal,
                   attention_output_copy=fw.attention_layout == "bhsd", compiled=compiled)
@@ -248,7 +250,11 @@ def softmax_saved_bytes(path: str, e: float) -> float:
 def grad_accumulation_bytes(f: Fusion, param_bytes: float) -> float:
     """Bytes per local parameter per micro-batch to add the weight gradient into the accumulation buffer when the
     GEMM does not accumulate itself (Megatron without gradient-accumulation fusion: ``main_grad.add_(grad)``;
-    autograd's ``AccumulateGrad`` in the parameter dtype)."""
+    autograd's ``AccumulateGrad`` in the parameter dtype). DeepSpeed's ``BF16_Optimizer`` frees the 16-bit gradients
+    before every backward and afterwards casts each to fp32 (read it, write 4 bytes) and adds that into its fp32
+    buffer (read 4 + 4, write 4), whatever the fusion."""
+    if f.grad_copy_fp32:
+        return param_bytes + 4.0 + 3 * 4.0
     if f.grad_accumulation:
         return 0.0
     g = grad_element_bytes(f.grads_fp32, param_bytes)

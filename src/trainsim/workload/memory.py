@@ -99,20 +99,22 @@ class StageMemory(BaseModel):
 
 def bytes_per_param(precision: str, zero_stage: int, shards: int,
                     grads_fp32: bool | None = None, fp8_recipe: str | None = None,
-                    framework: Framework | None = None, fp8_params: bool = False) -> tuple[float, float, float]:
+                    framework: Framework | None = None, fp8_params: bool = False,
+                    fp32_grad_buffer: bool = False) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter after ZeRO sharding over ``shards`` ranks (FP8: plus the
     recipe's FP8 weight copies).
 
     With a ``framework``, the optimizer holds its master weights (``main_params_dtype``; none when the optimizer
     updates the parameters themselves) and its two moments (``exp_avg_dtype``, ``exp_avg_sq_dtype``); the fp32
     copy of 16-bit gradients exists only during the step (:func:`main_grad_copy_bytes`). Without one, Megatron's
-    theoretical table above (which counts that copy as resident).
+    theoretical table above (which counts that copy as resident). ``fp32_grad_buffer``: the 16-bit gradients and a
+    whole fp32 buffer they are added into after every backward (DeepSpeed's ``BF16_Optimizer``).
     """
     if grads_fp32 is None:
         grads_fp32 = precision != "fp16"
     if framework is not None:
         w = framework.param_bytes(precision)
-        g = grad_element_bytes(grads_fp32, w)
+        g = grad_element_bytes(grads_fp32, w) + (4.0 if fp32_grad_buffer else 0.0)
         o = framework.master_bytes(precision) + framework.state_bytes()
     elif precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0
@@ -330,9 +332,10 @@ def _param_bytes(job: Job) -> tuple[tuple[float, float, float], tuple[float, flo
     stage = sharding_of(job).memory_stage
     shards = sharding_of(job).shards  # dp·cp, or the ranks of a node under hybrid sharding
     fp8p = tr.fp8_param_gather
-    dense = bytes_per_param(tr.precision, stage, shards, tr.grads_in_fp32, tr.fp8_recipe, fw, fp8p)
+    buf = job.bf16_optimizer
+    dense = bytes_per_param(tr.precision, stage, shards, tr.grads_in_fp32, tr.fp8_recipe, fw, fp8p, buf)
     # expert weights are sharded by the distributed optimizer over the expert-data-parallel group only
-    expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw, fp8p)
+    expert = bytes_per_param(tr.precision, stage, job.expert_dp, tr.grads_in_fp32, tr.fp8_recipe, fw, fp8p, buf)
     return dense, expert
 
 
@@ -399,9 +402,10 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     reserve = fw.allocator_fragmentation * activations
     other = fw.cuda_context_bytes + fw.nccl_bytes_per_group * groups + reserve
     # the optimizer step's temporaries over the local (sharded) parameters: foreach AdamW's denominators and the
-    # fp32 copy of 16-bit gradients
+    # fp32 copy of 16-bit gradients (none where the BF16_Optimizer's fp32 buffer is resident)
     local = (dense / (job.dp * cp) + expert / job.expert_dp) if sh.memory_stage >= 1 else dense + expert
-    step = local * (fw.step_transient_bytes() + main_grad_copy_bytes(fw, tr.precision, tr.grads_in_fp32))
+    copy = 0.0 if job.bf16_optimizer else main_grad_copy_bytes(fw, tr.precision, tr.grads_in_fp32)
+    step = local * (fw.step_transient_bytes() + copy)
     # CPU optimizer offloading: the offloaded share's master weights, moments and step live on the host, and with
     # sharded gradients (ZeRO-2/3) so does that share's gradient partition (DeepSpeed's offloaded fp32 partition)
     kept = 1.0 - tr.offloaded_fraction

@@ -267,7 +267,7 @@ def sharding_of(job: Job) -> Sharding:
         device_sync=bool(fw.gather_device_sync) and engine == "deepspeed-zero",
         rank_lists=rank_lists,
         host_per_collective=shards * fw.host_dispatch_s if rank_lists else 0.0,
-        partitioned_optimizer=zero == 0 and tr.precision == "bf16" and bool(fw.bf16_optimizer_partitions),
+        partitioned_optimizer=job.bf16_optimizer,
         copy_in=("compute" if fw.all_gather_copy_out else
                  "stream" if engine == "deepspeed-zero" or grad_bytes != e else "none"),
     )
