@@ -4,6 +4,7 @@ from trainsim.cost.calibration import Calibration
 from trainsim.cost.job_costs import AnalyticCostModel, stage_costs
 from trainsim.estimate import BREAKDOWN_KEYS, estimate
 from trainsim.spec import Job, Parallelism, Training, load_model, load_system
+from trainsim.workload.sharding import sharding_of
 
 
 def job(**kw):
@@ -58,3 +59,35 @@ def test_zero_bubble_is_faster_than_1f1b():
     b = estimate(job(tp=8, pp=8, dp=1, global_batch_size=32, schedule="zb-h1")).iteration_time_s
     c = estimate(job(tp=8, pp=8, dp=1, global_batch_size=32, schedule="gpipe")).iteration_time_s
     assert b < a <= c * 1.0001
+
+
+
+def _zero(stage: int, gbs: int, overlap: bool | None = None) -> Job:
+    return Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=16, framework="deepspeed",
+               training=Training(global_batch_size=gbs, micro_batch_size=2, zero_stage=stage,
+                                 overlap_grad_reduce=overlap))
+
+
+def _dp(job: Job) -> float:
+    return estimate(job).breakdown_s["dp_comm"]
+
+
+def test_deepspeed_zero2_reduces_after_every_micro_batch_in_both_engines():
+    """DeepSpeed ZeRO-2 reduces each backward's gradients (partition_gradients), ZeRO-1 only at the accumulation
+    boundary: four micro-batches cost ZeRO-2 three more rounds of its reduction than one does, and ZeRO-1 nothing;
+    under overlap_comm each round is mostly hidden under its backward. The event engine agrees."""
+    from trainsim import predict
+    from trainsim.cost.job_costs import default_cost_model
+
+    one, four = _zero(2, 32), _zero(2, 128)  # 1 and 4 micro-batches of 2 on dp 16
+    assert four.num_microbatches == 4 and sharding_of(four).reduce_per_microbatch
+    assert not sharding_of(_zero(1, 128)).reduce_per_microbatch
+    reduction = stage_costs(four, default_cost_model(four))[0].grad_sync
+    assert reduction > 0
+    assert _dp(four) - _dp(one) == pytest.approx(3 * reduction)
+    assert _dp(_zero(1, 128)) == pytest.approx(_dp(_zero(1, 32)))
+    hidden = _dp(_zero(2, 128, True)) - _dp(_zero(2, 32, True))
+    assert 0 < hidden < 3 * reduction / 2
+    for j in (one, four, _zero(2, 128, True)):
+        a, e = predict(j), predict(j, engine="event")
+        assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=2e-3)

@@ -95,11 +95,13 @@ def _dp_exposed(job: Job, stages: list[StageCost], P: float, slow: float) -> flo
     sh = sharding_of(job)
     p, v = job.parallelism.pp, job.parallelism.vpp
     mean_b = sum(s.bwd for s in stages) / p / v
+    # DeepSpeed ZeRO-2 reduces after every micro-batch's backward and waits for it before the next forward
+    rounds = job.num_microbatches if sh.reduce_per_microbatch else 1
     finish = []
     for s in stages:
         slack = s.stage * (mean_b + P)
         sync = _overlapped_sync(s, v, p, slow) if sh.overlap_grad_reduce else s.grad_sync
-        finish.append(sync + s.embedding_sync - slack)
+        finish.append(rounds * sync + s.embedding_sync - slack)
     return max(0.0, max(finish))
 
 

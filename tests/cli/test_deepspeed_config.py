@@ -9,6 +9,7 @@ import pytest
 
 from cli_helpers import check_one_line_error, run
 from trainsim.cli.deepspeed_config import merge_deepspeed_into_options, parse_deepspeed_config
+from trainsim.errors import TrainsimError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "deepspeed"
 
@@ -96,3 +97,26 @@ def test_the_micro_batch_from_the_global_batch_and_an_inconsistent_triple():
     with pytest.raises(Exception, match="train_batch_size 256 is not"):
         merge_deepspeed_into_options({"num_gpus": 8}, bad)
     assert merge_deepspeed_into_options({"num_gpus": 32}, bad)["global_batch_size"] == 256  # consistent on 32
+
+
+def test_overlap_buckets_and_the_bf16_accumulation_type_are_read():
+    """overlap_comm (ZeRO-1/2), the bucket sizes (5e8 as DeepSpeed writes them) and the ZeRO-3 knobs map onto their
+    flags; bf16 ZeRO-1 with fp32 gradient accumulation is DeepSpeed's BF16_Optimizer, stage 0."""
+    cfg = parse_deepspeed_config({"bf16": {"enabled": True}, "zero_optimization": {
+        "stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": "auto"}})
+    assert cfg.options == {"bf16": True, "zero_stage": 2, "overlap_grad_reduce": True, "bucket_size_params": 500000000}
+    z3 = parse_deepspeed_config({"zero_optimization": {
+        "stage": 3, "overlap_comm": True, "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+        "stage3_prefetch_bucket_size": 5e7, "stage3_param_persistence_threshold": 0}})
+    assert z3.options == {"zero_stage": 3, "max_live_params": 10**9, "max_reuse_params": 10**9,
+                          "prefetch_bucket_params": 5 * 10**7, "param_persistence_threshold": 0}
+    bf16 = parse_deepspeed_config({"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"},
+                                   "zero_optimization": {"stage": 1}})
+    assert bf16.options["zero_stage"] == 0 and any("BF16_Optimizer" in n for n in bf16.notes)
+    assert not bf16.ignored
+    fp16 = parse_deepspeed_config({"fp16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"},
+                                   "zero_optimization": {"stage": 1}})
+    assert fp16.options["zero_stage"] == 1
+    with pytest.raises(TrainsimError) as err:
+        parse_deepspeed_config({"zero_optimization": {"stage": 2, "reduce_bucket_size": 2.5}})
+    assert err.value.field == "deepspeed_config" and "reduce_bucket_size" in err.value.message

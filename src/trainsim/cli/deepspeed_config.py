@@ -16,6 +16,14 @@ The keys that change time, memory or cost map onto trainsim's job options (DeepS
 ``tensor_parallel.autotp_size``                        ``--tp`` (DeepSpeed AutoTP)
 ``sequence_parallel`` (``size``/``ulysses.degree``)    ``--cp`` with all-to-all attention (DeepSpeed-Ulysses / ALST)
 ``expert_parallel.autoep_size``                        ``--ep``
+``zero_optimization.overlap_comm`` (stages 1-2)        ``--overlap-grad-reduce``
+``zero_optimization.reduce_bucket_size``               ``--reduce-bucket-size``
+``zero_optimization.stage3_prefetch_bucket_size``      ``--stage3-prefetch-bucket-size``
+``zero_optimization.stage3_max_live_parameters``       ``--stage3-max-live-parameters``
+``zero_optimization.stage3_max_reuse_distance``        ``--stage3-max-reuse-distance``
+``zero_optimization.stage3_param_persistence_...``     ``--stage3-param-persistence-threshold``
+``data_types.grad_accum_dtype: fp32`` with bf16        ZeRO stage 1 becomes 0: DeepSpeed's engine runs the
+                                                       ``BF16_Optimizer`` for it (``_do_optimizer_sanity_check``)
 =====================================================  ==============================================================
 
 Precision: ``fp16`` / ``bf16`` (or the legacy ``bfloat16``) enabled; a 16-bit section explicitly disabled and none
@@ -41,7 +49,11 @@ from trainsim.errors import TrainsimError, read_text
 FIELD = "deepspeed_config"
 #: Top-level keys read (the rest are listed as ignored).
 READ = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16", "bf16",
-        "bfloat16", "zero_optimization", "tensor_parallel", "sequence_parallel", "expert_parallel")
+        "bfloat16", "zero_optimization", "tensor_parallel", "sequence_parallel", "expert_parallel", "data_types")
+#: ``zero_optimization`` element counts → job options (``--reduce-bucket-size``, the ``--stage3-*`` flags).
+ZERO_COUNTS = {"reduce_bucket_size": "bucket_size_params", "stage3_prefetch_bucket_size": "prefetch_bucket_params",
+               "stage3_max_live_parameters": "max_live_params", "stage3_max_reuse_distance": "max_reuse_params",
+               "stage3_param_persistence_threshold": "param_persistence_threshold"}
 
 
 @dataclass
@@ -62,6 +74,17 @@ def _int(data: dict[str, Any], key: str, where: str = "") -> int | None:
         raise TrainsimError(FIELD, f"{where}{key} must be a positive integer or \"auto\" (got {value!r})",
                             f"fix {key} in the DeepSpeed configuration")
     return value
+
+
+def _count(data: dict[str, Any], key: str, where: str) -> int | None:
+    """An element count (DeepSpeed writes them as ``5e8`` too); ``None`` when absent or ``"auto"``."""
+    value = data.get(key)
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise TrainsimError(FIELD, f"{where}{key} must be a non-negative whole number or \"auto\" (got {value!r})",
+                            f"fix {key} in the DeepSpeed configuration")
+    return int(value)
 
 
 def _section(data: dict[str, Any], key: str, where: str, example: str) -> dict[str, Any] | None:
@@ -149,6 +172,19 @@ def parse_deepspeed_config(data: Any) -> DeepSpeedConfig:
             else:  # DeepSpeed offloads parameters only with ZeRO-3 (the key is ignored below it)
                 out.notes.append(f"zero_optimization.offload_param ignored: ZeRO stage {stage} does not offload "
                                  "parameters (DeepSpeed offloads them with stage 3 only)")
+        overlap = zero.get("overlap_comm")
+        if isinstance(overlap, bool) and stage in (1, 2):  # ZeRO-3's overlap is its prefetch and bucketing
+            out.options["overlap_grad_reduce"] = overlap
+        for key, name in ZERO_COUNTS.items():
+            count = _count(zero, key, "zero_optimization.")
+            if count is not None and (count > 0 or name == "param_persistence_threshold"):
+                out.options[name] = count
+        types = _section(data, "data_types", "", '{"grad_accum_dtype": "fp32"}')
+        if (stage == 1 and bf16 and types is not None and types.get("grad_accum_dtype") == "fp32"
+                and "optimizer_cpu_offload" not in out.options):
+            out.options["zero_stage"] = 0
+            out.notes.append("bf16 with zero_optimization.stage 1 and data_types.grad_accum_dtype fp32: DeepSpeed "
+                             "runs its BF16_Optimizer (stage 0, its own ZeRO-1 equivalent)")
     _parallel(data, out)
     out.ignored = sorted(k for k in data if k not in READ)
     return out

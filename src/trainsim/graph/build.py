@@ -504,6 +504,9 @@ class GraphBuilder:
                         done += size
                 if not sh.overlap_param_gather and last_ag >= 0:
                     b.edge(last_ag, comp_ids[s][0])
+            # DeepSpeed ZeRO-2: the earlier backwards' reductions, each waited for before the next action
+            if reduce and sh.reduce_per_microbatch:
+                dp_prev = self._microbatch_reductions(s, comp_ids[s], w_id if self.split else b_id, dp_prev)
             # gradient buckets launched during the backward pass
             if reduce and sh.overlap_grad_reduce:
                 grad_src = w_id if self.split else b_id
@@ -565,6 +568,38 @@ class GraphBuilder:
         opt = b.add(p, kind=Kind.OPT, stage=np.arange(p), cost=np.array([c.optimizer for c in self.costs]))
         b.edge(clip, opt)
         b.edge(np.array([ids[-1] for ids in comp_ids]), opt)
+
+    def _microbatch_reductions(self, s: int, comp: np.ndarray, grad_src: np.ndarray, dp_prev: int) -> int:
+        """DeepSpeed ZeRO-2: every backward but the step's last reduces its gradients bucket by bucket (under the
+        backward with ``overlap_comm``, after it without), and the stage's next action waits for them (the backward
+        epilogue); the last backward's reductions are the step tail's. Returns the last reduction."""
+        b, p = self.b, self.p
+        job = self.job
+        _shards, bucket_params, grad_bytes, _e = self._dp_costs()
+        sh = sharding_of(job)
+        params = chunk_parameters(job, s)
+        frac = self._expert_fraction(s)
+        where = {int(t): i for i, t in enumerate(comp)}
+        for c in range(self.v):
+            vs = int(self.schedule.vstage(p, s, c))
+            sizes = buckets_of(params[c], bucket_params)
+            cum = np.cumsum(sizes) / params[c]
+            last = self._last_mb(s, c)
+            for mb in range(self.m):
+                bwd = int(grad_src[vs, mb])
+                if mb == last or bwd < 0:
+                    continue
+                for k, size in enumerate(sizes):
+                    nb = size * grad_bytes
+                    t = b.one(kind=Kind.GRAD_RS, stage=s, chunk=c, bucket=k, mb=mb, sync=True,
+                              cost=self._dp_bucket("grad_bucket", sh.grad_collective, nb, frac), nbytes=nb)
+                    b.edge(dp_prev, t)
+                    b.edge(bwd, t, float(min(1.0, cum[k])) if sh.overlap_grad_reduce else 1.0)
+                    dp_prev = t
+                nxt = where[bwd] + 1
+                if nxt < len(comp):
+                    b.edge(dp_prev, int(comp[nxt]))
+        return dp_prev
 
     def _first_mb(self, s: int, c: int, code: int) -> int:
         o = self.orders[s]

@@ -103,6 +103,8 @@ class Sharding:
     # every gradient tensor reduce-scattered on its own (DeepSpeed <= 0.5)
     host_per_collective: float = 0.0  # s the host spends issuing one collective (list APIs: shards x dispatch)
     partitioned_optimizer: bool = False  # stage 0 with master weights and moments partitioned (BF16_Optimizer)
+    reduce_per_microbatch: bool = False  # gradients reduced after every micro-batch's backward, not once per step
+    # (DeepSpeed ZeRO-2: partition_gradients reduces in every backward's hooks)
 
     @property
     def collectives_per_layer(self) -> int:
@@ -268,6 +270,7 @@ def sharding_of(job: Job) -> Sharding:
         rank_lists=rank_lists,
         host_per_collective=shards * fw.host_dispatch_s if rank_lists else 0.0,
         partitioned_optimizer=job.bf16_optimizer,
+        reduce_per_microbatch=engine == "deepspeed-zero" and zero == 2 and shards > 1,
         copy_in=("compute" if fw.all_gather_copy_out else
                  "stream" if engine == "deepspeed-zero" or grad_bytes != e else "none"),
     )
