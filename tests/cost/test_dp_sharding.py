@@ -355,3 +355,27 @@ def test_the_persistent_tensors_are_gathered_after_the_step_rank_by_rank_in_2021
     assert 0 < after_step("deepspeed") < 0.05  # one coalesced all-gather of ~16M elements
     assert after_step("fsdp") == 0.0
     assert estimate(_gpt3_job("deepspeed@0.3")).breakdown_s["optimizer"] > 9.0
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "torchtitan"])
+def test_shard_grad_op_gathers_for_every_forward_only_and_keeps_the_whole_weights(framework: str):
+    """FSDP's SHARD_GRAD_OP (zero stage 2; FSDP2 reshard_after_forward=False): parameters gathered for every
+    micro-batch's forward and kept until its backward (no backward re-gather), gradients reduce-scattered every
+    micro-batch; the gathered layers are the whole weights (stage 2's memory). FULL_SHARD pays the backward gathers;
+    both engines agree."""
+    def job(zero: int) -> Job:
+        return Job(model=load_model("llama2-7b"), system=load_system("dgx-a100"), num_gpus=64, framework=framework,
+                   training=Training(global_batch_size=256, micro_batch_size=2, zero_stage=zero))
+
+    op, full = job(2), job(3)
+    sh = sharding_of(op)
+    assert sh.per_microbatch_gather and not sh.reshard_after_forward and sh.memory_stage == 2
+    assert not _layer_comm(op).gather_in_backward and _layer_comm(full).gather_in_backward
+    a2, a3 = estimate(op), estimate(full)
+    assert 0 < a2.breakdown_s["dp_comm"] < a3.breakdown_s["dp_comm"]
+    from trainsim.workload.memory import memory_per_stage
+
+    m2, m3 = memory_per_stage(op)[0], memory_per_stage(full)[0]
+    assert m2.weights_bytes > 8 * m3.weights_bytes  # every layer gathered vs the shard and a few layers
+    assert simulate_job(op)[0].iteration_time_s == pytest.approx(a2.iteration_time_s, rel=0.02)
+

@@ -364,7 +364,8 @@ def stage_memory(job: Job, stage: int) -> StageMemory:
     weights = dense * w + expert * we
     gradients = dense * g + expert * ge
     optimizer = dense * o + expert * oe
-    if sh.per_microbatch_gather:
+    # the layers gathered at once under ZeRO-3 (FSDP's SHARD_GRAD_OP holds every one: stage 2's whole weights)
+    if sh.per_microbatch_gather and sh.zero_stage >= 3:
         if tr.param_cpu_offload:  # the parameter shards live on the host: only the gathered working set is here
             weights = 0.0
         weights += sh.gathered_params(model.layer_params / tp, dense + expert) * sh.param_bytes

@@ -223,10 +223,13 @@ def sharding_of(job: Job) -> Sharding:
     tr, par, fw = job.training, job.parallelism, job.framework
     e = element_bytes(tr.precision)
     zero = tr.zero_stage or 0
-    per_mb = zero >= 3 and par.pp == 1
-    grad_bytes = grad_element_bytes(tr.grads_in_fp32, 2.0)  # fp32, else 16-bit
     engine = job.dp_engine
-    depth = fw.prefetch_depth if zero >= 3 else 1
+    # FSDP's SHARD_GRAD_OP (ZeRO-2; FSDP2 reshard_after_forward=False) shards the parameters like FULL_SHARD and
+    # gathers them for every forward, but keeps them gathered until that micro-batch's backward has run
+    fsdp_zero2 = zero == 2 and engine in ("fsdp1", "fsdp2")
+    per_mb = (zero >= 3 or fsdp_zero2) and par.pp == 1
+    grad_bytes = grad_element_bytes(tr.grads_in_fp32, 2.0)  # fp32, else 16-bit
+    depth = fw.prefetch_depth if zero >= 3 or fsdp_zero2 else 1
     # FSDP1's rate limiter keeps two all-gathered units in flight; without it the CPU issues every gather ahead
     forward_depth = depth if fw.limit_all_gathers is not False else 1 << 30
     backward_order = fw.backward_prefetch or "pre"
@@ -245,7 +248,7 @@ def sharding_of(job: Job) -> Sharding:
         shards=shards,
         replicas=replicas,
         per_microbatch_gather=per_mb,
-        reshard_after_forward=per_mb and fw.reshard_after_forward,
+        reshard_after_forward=per_mb and fw.reshard_after_forward and not fsdp_zero2,
         prefetch_depth=depth,
         param_bytes=1.0 if tr.fp8_param_gather else e,  # --fp8-param-gather: FP8 all-gathers
         grad_reduce_bytes=grad_bytes,
