@@ -32,7 +32,8 @@ import math
 import re
 from functools import cache
 from importlib import resources
-from itertools import pairwise
+
+import numpy as np
 
 from trainsim.spec.framework import FlashKernel
 
@@ -96,34 +97,17 @@ def fa2_curves() -> dict[tuple[int, bool], tuple[tuple[float, float], ...]]:
     return {k: tuple(sorted(v)) for k, v in curves.items()}
 
 
-def _along(points: tuple[tuple[float, float], ...], x: float) -> float:
-    """Piecewise-linear value at ``x``; the nearest end's value outside."""
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in pairwise(points):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
-
-
 @cache
 def fa2_ratio(head_dim: int, seq: int = BENCHMARK_TOKENS, causal: bool = True) -> float:
     """FlashAttention-2's throughput relative to the modelled cuDNN kernel on Hopper (:func:`fa2_curves`) for a
     ``seq``-key attention of ``head_dim`` with or without the causal mask: along the sequence (log scale) at each
-    benchmarked head dimension, linear between head dimensions, the nearest outside them."""
+    benchmarked head dimension, linear between head dimensions, the nearest outside them (``numpy.interp``)."""
     curves = fa2_curves()
     dims = sorted({d for d, _ in curves})
     x = math.log(max(seq, 1))
-
-    def at(d: int) -> float:
-        return _along(curves[(d, causal)], x)
-
-    if head_dim <= dims[0]:
-        return at(dims[0])
-    for d0, d1 in pairwise(dims):
-        if head_dim <= d1:
-            return at(d0) + (at(d1) - at(d0)) * (head_dim - d0) / (d1 - d0)
-    return at(dims[-1])
+    at = [float(np.interp(x, [p[0] for p in curves[(d, causal)]], [p[1] for p in curves[(d, causal)]]))
+          for d in dims]
+    return float(np.interp(head_dim, dims, at))
 
 
 def runs_fa2(kernel: FlashKernel | str, generation: str) -> bool:

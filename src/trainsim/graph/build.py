@@ -579,7 +579,6 @@ class GraphBuilder:
         sh = sharding_of(job)
         params = chunk_parameters(job, s)
         frac = self._expert_fraction(s)
-        where = {int(t): i for i, t in enumerate(comp)}
         for c in range(self.v):
             vs = int(self.schedule.vstage(p, s, c))
             sizes = buckets_of(params[c], bucket_params)
@@ -596,7 +595,7 @@ class GraphBuilder:
                     b.edge(dp_prev, t)
                     b.edge(bwd, t, float(min(1.0, cum[k])) if sh.overlap_grad_reduce else 1.0)
                     dp_prev = t
-                nxt = where[bwd] + 1
+                nxt = bwd - int(comp[0]) + 1  # a stage's actions have consecutive ids, in program order
                 if nxt < len(comp):
                     b.edge(dp_prev, int(comp[nxt]))
         return dp_prev

@@ -713,7 +713,6 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
             # a grid inside one NVLink domain is placed alike whichever of its groups takes adjacent ranks
             one_domain = all(_tp_nodes(o, tp, cp, ep, dp, pp, gpn) == 1 for o in orders)
             rows_first = {(g[1], g[3]) for g in grids if g[0] == "summa" and g[2] == "row"}
-            zeros = en.zero_values(pp, dp, cp)
             for (vpp, schedule), mbs, recompute, zero, sp, grid in itertools.product(
                     pipelines, en.mbs_values(dp), recompute_values, en.zero_values(pp, dp, cp), en.sp_values(tp),
                     grids):
@@ -747,7 +746,7 @@ def enumerate_space(space: SearchSpace) -> Enumeration:
                 # the stack may run another stage than asked (DeepSpeed's pipeline engine: bf16 ZeRO-1 is its
                 # BF16_Optimizer, stage 0): the candidate is that stage's, merged when that one is searched too
                 resolved = job.training.zero_stage or 0
-                if resolved != zero and resolved in zeros:
+                if resolved != zero and resolved in en.zero_values(pp, dp, cp):
                     out.equivalent += per_combination
                     continue
                 out.equivalent += merged
